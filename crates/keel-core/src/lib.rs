@@ -1,0 +1,13 @@
+//! The turn state machine: pure decisions, no I/O.
+//!
+//! The driver in `keel-runtime` feeds this crate what happened (the model
+//! answered, a tool finished, the process restarted) together with the turn's
+//! journaled state, and gets back what to record and what to do next. Nothing
+//! here touches a clock, a file or a socket, so every decision can be tested
+//! and replayed from the journal alone.
+
+pub mod recovery;
+pub mod turn;
+
+pub use recovery::{plan_resume, ResumePlan};
+pub use turn::{after_model, Decision, Next, ToolCall, TurnLimits};

@@ -1,0 +1,164 @@
+//! What happens after the model answers.
+
+use keel_protocol::session::TurnError;
+use keel_protocol::{Item, TurnStatus};
+
+/// Limits that bound a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TurnLimits {
+    /// Model round trips allowed in one turn.
+    pub max_steps: u32,
+}
+
+impl Default for TurnLimits {
+    fn default() -> Self {
+        TurnLimits { max_steps: 32 }
+    }
+}
+
+/// A tool call the model asked for, with its arguments already parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    pub call_id: String,
+    pub name: String,
+    /// The raw argument text, as journaled.
+    pub arguments: String,
+    pub parsed: serde_json::Value,
+}
+
+/// What the driver does next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    /// Ask the model again with the history as it now stands.
+    CallModel,
+    /// Run these calls in order, then ask the model again.
+    RunTools(Vec<ToolCall>),
+    /// The turn is over.
+    Finish { status: TurnStatus, error: Option<TurnError> },
+}
+
+/// The outcome of a decision: items to append to history, then what's next.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub append: Vec<Item>,
+    pub next: Next,
+}
+
+/// Decides what follows a model response.
+///
+/// `steps_done` counts model round trips including the one that produced
+/// `output`. Calls whose arguments are not valid JSON are never run: the model
+/// gets an error output for them instead, in the same commit as its response.
+pub fn after_model(output: Vec<Item>, steps_done: u32, limits: TurnLimits) -> Decision {
+    let mut append = Vec::with_capacity(output.len());
+    let mut calls = Vec::new();
+    for item in output {
+        if let Item::FunctionCall { call_id, name, arguments } = &item {
+            match parse_arguments(arguments) {
+                Ok(parsed) => calls.push(ToolCall {
+                    call_id: call_id.clone(),
+                    name: name.clone(),
+                    arguments: arguments.clone(),
+                    parsed,
+                }),
+                Err(reason) => {
+                    let output = tool_error(&format!(
+                        "the call was not run: its arguments are not a JSON object ({reason}); send the call again with valid JSON arguments"
+                    ));
+                    append.push(item.clone());
+                    append.push(Item::FunctionCallOutput { call_id: call_id.clone(), output });
+                    continue;
+                }
+            }
+        }
+        append.push(item);
+    }
+    let rejected_any = append.iter().any(|i| matches!(i, Item::FunctionCallOutput { .. }));
+    let next = if !calls.is_empty() || rejected_any {
+        if steps_done >= limits.max_steps {
+            step_limit(limits)
+        } else if calls.is_empty() {
+            Next::CallModel
+        } else {
+            Next::RunTools(calls)
+        }
+    } else {
+        Next::Finish { status: TurnStatus::Completed, error: None }
+    };
+    Decision { append, next }
+}
+
+/// The end of a turn that ran out of model round trips.
+pub fn step_limit(limits: TurnLimits) -> Next {
+    Next::Finish {
+        status: TurnStatus::Failed,
+        error: Some(TurnError {
+            kind: "step_limit".into(),
+            message: format!(
+                "the turn used its {} model round trips and the model still wanted to call tools; raise max_steps in the bundle or split the task",
+                limits.max_steps
+            ),
+        }),
+    }
+}
+
+fn parse_arguments(arguments: &str) -> Result<serde_json::Value, String> {
+    let text = if arguments.trim().is_empty() { "{}" } else { arguments };
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(value @ serde_json::Value::Object(_)) => Ok(value),
+        Ok(_) => Err("expected an object".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The output text of a tool call that failed, in one consistent shape.
+pub fn tool_error(message: &str) -> String {
+    serde_json::json!({ "error": message }).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str, args: &str) -> Item {
+        Item::FunctionCall { call_id: id.into(), name: "write_file".into(), arguments: args.into() }
+    }
+
+    #[test]
+    fn a_plain_answer_completes_the_turn() {
+        let d = after_model(vec![Item::assistant_text("done")], 1, TurnLimits::default());
+        assert_eq!(d.append.len(), 1);
+        assert_eq!(d.next, Next::Finish { status: TurnStatus::Completed, error: None });
+    }
+
+    #[test]
+    fn valid_calls_run_and_invalid_ones_get_an_error_output() {
+        let d = after_model(
+            vec![call("a", r#"{"path":"x"}"#), call("b", "{not json")],
+            1,
+            TurnLimits::default(),
+        );
+        assert_eq!(d.append.len(), 3);
+        assert!(matches!(&d.append[2], Item::FunctionCallOutput { call_id, output }
+            if call_id == "b" && output.contains("not run")));
+        match d.next {
+            Next::RunTools(calls) => {
+                assert_eq!(calls.len(), 1);
+                assert_eq!(calls[0].call_id, "a");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn only_invalid_calls_go_straight_back_to_the_model() {
+        let d = after_model(vec![call("b", "[1]")], 1, TurnLimits::default());
+        assert_eq!(d.next, Next::CallModel);
+    }
+
+    #[test]
+    fn the_step_limit_fails_the_turn() {
+        let d = after_model(vec![call("a", "{}")], 3, TurnLimits { max_steps: 3 });
+        assert!(matches!(d.next, Next::Finish { status: TurnStatus::Failed, error: Some(ref e) } if e.kind == "step_limit"));
+    }
+}

@@ -1,0 +1,59 @@
+//! Journal events: the append-only record of everything that happened.
+//!
+//! Every state change commits together with at least one event. Events are
+//! numbered per session from 1 with no gaps, so a subscriber that remembers
+//! the last `seq` it saw can resume without losing or repeating anything.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What an event records. Stored and sent as its snake_case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    SessionCreated,
+    TurnStarted,
+    ItemAdded,
+    ModelAttemptStarted,
+    ModelAttemptFinished,
+    ModelRetrying,
+    ToolCallStarted,
+    ToolCallFinished,
+    ToolCallInterrupted,
+    TurnFinished,
+    TurnInterrupted,
+    TurnRecoverable,
+    TurnResumed,
+}
+
+impl EventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::SessionCreated => "session_created",
+            EventKind::TurnStarted => "turn_started",
+            EventKind::ItemAdded => "item_added",
+            EventKind::ModelAttemptStarted => "model_attempt_started",
+            EventKind::ModelAttemptFinished => "model_attempt_finished",
+            EventKind::ModelRetrying => "model_retrying",
+            EventKind::ToolCallStarted => "tool_call_started",
+            EventKind::ToolCallFinished => "tool_call_finished",
+            EventKind::ToolCallInterrupted => "tool_call_interrupted",
+            EventKind::TurnFinished => "turn_finished",
+            EventKind::TurnInterrupted => "turn_interrupted",
+            EventKind::TurnRecoverable => "turn_recoverable",
+            EventKind::TurnResumed => "turn_resumed",
+        }
+    }
+}
+
+/// One committed journal entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub session_id: String,
+    pub seq: u64,
+    /// The kind's name. Kept as text so a reader never fails on a kind that a
+    /// newer keel wrote.
+    pub kind: String,
+    pub data: Value,
+    pub at_ms: i64,
+}

@@ -1,0 +1,121 @@
+//! History items, in the shape of the OpenAI Responses API.
+//!
+//! A session's history is a list of [`Item`]s. Providers translate to and
+//! from their own wire formats; everything else in keel speaks these.
+
+use serde::{Deserialize, Serialize};
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    User,
+    Assistant,
+    System,
+    Developer,
+}
+
+/// One part of a message's content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    InputText { text: String },
+    OutputText { text: String },
+}
+
+impl ContentPart {
+    pub fn text(&self) -> &str {
+        match self {
+            ContentPart::InputText { text } | ContentPart::OutputText { text } => text,
+        }
+    }
+}
+
+/// One entry of a session's history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Item {
+    Message {
+        role: Role,
+        content: Vec<ContentPart>,
+        /// Set when the runtime, not a person, wrote this message (for
+        /// example an interrupted-call notice). Such text is never an
+        /// instruction from the user.
+        #[serde(default, skip_serializing_if = "Option::is_none", rename = "_runtime_notice")]
+        runtime_notice: Option<String>,
+    },
+    FunctionCall {
+        call_id: String,
+        name: String,
+        /// The arguments exactly as the model produced them: a JSON text
+        /// that may be invalid, which is why it is kept as a string.
+        arguments: String,
+    },
+    FunctionCallOutput {
+        call_id: String,
+        output: String,
+    },
+}
+
+impl Item {
+    /// A user message with one text part.
+    pub fn user_text(text: impl Into<String>) -> Item {
+        Item::Message {
+            role: Role::User,
+            content: vec![ContentPart::InputText { text: text.into() }],
+            runtime_notice: None,
+        }
+    }
+
+    /// An assistant message with one text part.
+    pub fn assistant_text(text: impl Into<String>) -> Item {
+        Item::Message {
+            role: Role::Assistant,
+            content: vec![ContentPart::OutputText { text: text.into() }],
+            runtime_notice: None,
+        }
+    }
+
+    /// The concatenated text of a message, or `None` for other items.
+    pub fn message_text(&self) -> Option<String> {
+        match self {
+            Item::Message { content, .. } => {
+                Some(content.iter().map(ContentPart::text).collect::<String>())
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn items_use_the_responses_wire_shape() {
+        let call = Item::FunctionCall {
+            call_id: "c1".into(),
+            name: "write_file".into(),
+            arguments: "{}".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(&call).unwrap_or_default(),
+            json!({"type":"function_call","call_id":"c1","name":"write_file","arguments":"{}"})
+        );
+        let parsed: Item = serde_json::from_value(json!({
+            "type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(parsed, Item::user_text("hi"));
+    }
+}
+
+/// A tool as offered to a model: its model-visible name, what it does, and
+/// the JSON Schema of its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: serde_json::Value,
+}

@@ -1,0 +1,17 @@
+//! Wire types shared by every keel crate: history items, statuses, journal
+//! events and the JSON-RPC protocol.
+//!
+//! This crate does no I/O and has no async runtime in its dependencies, so
+//! clients can depend on it without pulling in tokio or an HTTP stack.
+
+pub mod event;
+pub mod ids;
+pub mod item;
+pub mod rpc;
+pub mod session;
+pub mod status;
+
+pub use event::{Event, EventKind};
+pub use item::{ContentPart, Item, Role, ToolSpec};
+pub use session::{CompactionSettings, Usage};
+pub use status::{AttemptStatus, ToolCallStatus, TurnStatus};

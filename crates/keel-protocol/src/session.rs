@@ -1,0 +1,144 @@
+//! Session-level settings and token usage.
+
+use serde::{Deserialize, Serialize};
+
+/// How a session's context is kept under its cap (used by compaction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactionSettings {
+    /// The context cap in tokens; `None` means the model's context window.
+    #[serde(default)]
+    pub cap_tokens: Option<u64>,
+    /// In an unattended session, trim mechanically when a summary fails.
+    #[serde(default)]
+    pub auto_trim_on_failure: bool,
+}
+
+impl Default for CompactionSettings {
+    fn default() -> Self {
+        CompactionSettings { cap_tokens: None, auto_trim_on_failure: true }
+    }
+}
+
+/// Token counts reported by a provider. Missing counts stay zero.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub cached_input_tokens: u64,
+    #[serde(default)]
+    pub reasoning_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cached_input_tokens += other.cached_input_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+    }
+}
+
+/// A session as stored and as shown by `session/get` and `session/list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    pub id: String,
+    pub name: String,
+    pub coworker: String,
+    /// The bundle directory the coworker came from.
+    pub bundle_path: String,
+    /// Digest of the coworker definition pinned at creation.
+    pub bundle_digest: String,
+    /// The coworker definition pinned at creation: later edits to the bundle
+    /// on disk do not change a session that already exists.
+    pub coworker_spec: serde_json::Value,
+    pub workspace: String,
+    pub attended: bool,
+    pub compaction: CompactionSettings,
+    /// Set when a provider refused on safety grounds; new turns are refused.
+    #[serde(default)]
+    pub provider_blocked: bool,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    /// The turn that was started last, if any.
+    #[serde(default)]
+    pub current_turn_id: Option<String>,
+    /// Number of history items.
+    pub history_len: u64,
+    /// Tokens used by every attempt of every turn.
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+/// Why a turn failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnError {
+    /// A stable machine-readable class, such as `provider` or `step_limit`.
+    pub kind: String,
+    pub message: String,
+}
+
+/// A turn as stored and shown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnInfo {
+    pub id: String,
+    pub session_id: String,
+    pub submission_id: String,
+    pub status: crate::TurnStatus,
+    /// Model round trips that completed in this turn.
+    pub steps: u32,
+    /// History length when the turn started: its items follow this index.
+    pub history_start: u64,
+    #[serde(default)]
+    pub error: Option<TurnError>,
+    #[serde(default)]
+    pub usage: Usage,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+/// One request to a model provider, kept apart from history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptInfo {
+    pub id: String,
+    pub session_id: String,
+    pub turn_id: String,
+    /// Which model round trip of the turn this belongs to (from 1).
+    pub step: u32,
+    /// Which try of that round trip (from 1).
+    pub attempt: u32,
+    pub model: String,
+    pub status: crate::AttemptStatus,
+    /// Text streamed by the attempt, kept even when it failed. A failed
+    /// attempt's text never enters history.
+    pub text: String,
+    #[serde(default)]
+    pub usage: Usage,
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+    #[serde(default)]
+    pub error: Option<String>,
+    pub started_at_ms: i64,
+    #[serde(default)]
+    pub finished_at_ms: Option<i64>,
+}
+
+/// The effect ledger's record of one tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallInfo {
+    pub session_id: String,
+    pub call_id: String,
+    pub turn_id: String,
+    pub name: String,
+    pub arguments: String,
+    pub status: crate::ToolCallStatus,
+    #[serde(default)]
+    pub output: Option<String>,
+    #[serde(default)]
+    pub is_error: bool,
+    pub started_at_ms: i64,
+    #[serde(default)]
+    pub finished_at_ms: Option<i64>,
+}

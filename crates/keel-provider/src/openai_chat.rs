@@ -1,0 +1,3 @@
+//! OpenAI Chat Completions (placeholder, being written).
+pub struct OpenAiChat;
+pub struct OpenAiChatConfig;
