@@ -1,1 +1,30 @@
-//! placeholder
+//! The keel runtime: hosts sessions, drives turns, and makes every step
+//! durable.
+//!
+//! [`Runtime`] owns the store, the loaded bundles, the model providers and
+//! the tool registry. Every state change goes through one path,
+//! `SessionSlot::transact`: it builds the new state on a copy, commits the
+//! copy and its journal events in one store transaction, and only then makes
+//! the copy the state that is served. A failed commit leaves the served
+//! state untouched, so what keel serves always equals what is on disk.
+//!
+//! Turns run as owned tasks (see [`driver`]); the decisions they make come
+//! from `keel-core`, and this crate performs them.
+
+pub mod bundle;
+pub mod config;
+mod driver;
+pub mod error;
+pub mod events;
+pub mod metrics;
+mod recovery;
+mod runtime;
+mod slot;
+pub mod state_dir;
+
+pub use bundle::{Bundle, CoworkerSpec};
+pub use config::{ProviderSet, RuntimeConfig};
+pub use error::{Result, RuntimeError};
+pub use events::{BusMessage, EventStream};
+pub use metrics::{Metrics, TurnTiming};
+pub use runtime::{NewSession, Runtime};

@@ -61,11 +61,10 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // Closing the channel ends the writer loop after it drains its queue.
         self.writer.take();
-        if let Ok(mut slot) = self.writer_thread.lock() {
-            if let Some(handle) = slot.take() {
+        if let Ok(mut slot) = self.writer_thread.lock()
+            && let Some(handle) = slot.take() {
                 let _ = handle.join();
             }
-        }
     }
 }
 
@@ -135,11 +134,10 @@ impl SqliteStore {
                     None => open_reader(&inner.path, inner.read_only)?,
                 };
                 let result = f(&conn);
-                if let Ok(mut pool) = inner.readers.lock() {
-                    if pool.len() < 4 {
+                if let Ok(mut pool) = inner.readers.lock()
+                    && pool.len() < 4 {
                         pool.push(conn);
                     }
-                }
                 result
             })
             .await
@@ -214,6 +212,10 @@ impl Store for SqliteStore {
 
     fn turn(&self, turn_id: String) -> StoreFuture<'_, Option<TurnInfo>> {
         self.read(move |c| read::turn(c, &turn_id))
+    }
+
+    fn current_turns(&self) -> StoreFuture<'_, Vec<TurnInfo>> {
+        self.read(read::current_turns)
     }
 
     fn turns_with_status(&self, statuses: Vec<TurnStatus>) -> StoreFuture<'_, Vec<TurnInfo>> {

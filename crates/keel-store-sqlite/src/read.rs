@@ -91,6 +91,17 @@ pub fn turn(conn: &Connection, id: &str) -> Result<Option<TurnInfo>> {
     st.query_row([id], turn_row).optional().map_err(backend)?.transpose()
 }
 
+pub fn current_turns(conn: &Connection) -> Result<Vec<TurnInfo>> {
+    let columns = TURN_COLUMNS.split(", ").map(|c| format!("t.{c}")).collect::<Vec<_>>().join(", ");
+    let mut st = conn
+        .prepare_cached(&format!(
+            "SELECT {columns} FROM turns t JOIN sessions s ON s.current_turn_id = t.id ORDER BY t.created_at_ms"
+        ))
+        .map_err(backend)?;
+    let rows = st.query_map([], turn_row).map_err(backend)?;
+    rows.map(|r| r.map_err(backend)?).collect()
+}
+
 pub fn turns_with_status(conn: &Connection, statuses: &[TurnStatus]) -> Result<Vec<TurnInfo>> {
     let mut out = Vec::new();
     let mut st = conn

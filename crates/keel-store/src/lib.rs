@@ -98,6 +98,8 @@ pub trait Store: Send + Sync + 'static {
     fn sessions(&self) -> StoreFuture<'_, Vec<SessionInfo>>;
     fn session(&self, session_id: String) -> StoreFuture<'_, Option<SessionInfo>>;
     fn turn(&self, turn_id: String) -> StoreFuture<'_, Option<TurnInfo>>;
+    /// The current (most recently started) turn of every session that has one.
+    fn current_turns(&self) -> StoreFuture<'_, Vec<TurnInfo>>;
     /// Turns in any of `statuses`, across sessions, oldest first.
     fn turns_with_status(&self, statuses: Vec<TurnStatus>) -> StoreFuture<'_, Vec<TurnInfo>>;
     /// The turn a submission started, if the session accepted it.

@@ -1,0 +1,379 @@
+//! The turn driver: performs what `keel-core` decides, one journaled step
+//! at a time.
+//!
+//! Order of every step, which recovery relies on:
+//! 1. model call: `model_attempt_started` commits before the request is
+//!    sent; the response, its history items and the attempt's outcome commit
+//!    together afterwards;
+//! 2. tool call: the intent (`tool_call_started`, ledger status `started`)
+//!    commits before the tool runs; the result and its history item commit
+//!    together afterwards;
+//! 3. the end: status, error and closing outputs for unanswered calls commit
+//!    with `turn_finished`.
+//!
+//! No effect runs before its intent is committed.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use keel_core::{after_model, Next, ToolCall, TurnLimits};
+use keel_protocol::ids::{new_id, now_ms};
+use keel_protocol::session::{AttemptInfo, ToolCallInfo, TurnError};
+use keel_protocol::{AttemptStatus, EventKind, Item, ToolCallStatus, ToolSpec, TurnStatus, Usage};
+use keel_provider::{ModelProvider, ModelRequest};
+use keel_store::NewEvent;
+use keel_tools::{ToolContext, ToolOutput};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::bundle::CoworkerSpec;
+use crate::error::{Result, RuntimeError};
+use crate::events::BusMessage;
+use crate::runtime::Runtime;
+use crate::slot::SessionSlot;
+
+/// What a driver works with for one turn.
+struct TurnRun<'a> {
+    runtime: &'a Runtime,
+    slot: &'a SessionSlot,
+    turn_id: &'a str,
+    provider: Arc<dyn ModelProvider>,
+    model: String,
+    instructions: String,
+    tools: Vec<ToolSpec>,
+    allowed_tools: HashSet<String>,
+    limits: TurnLimits,
+    context: ToolContext,
+    /// The session's history as committed, kept in step with each commit.
+    history: Vec<Item>,
+    provider_time: std::time::Duration,
+}
+
+/// Drives a turn until it finishes, is cancelled, or the runtime shuts down.
+pub(crate) async fn drive(runtime: &Runtime, slot: &Arc<SessionSlot>, turn_id: &str, first: Next, cancel: &CancellationToken) {
+    let started = Instant::now();
+    let outcome = match prepare(runtime, slot, turn_id).await {
+        Ok(mut run) => {
+            let result = run.drive(first, cancel).await;
+            runtime.inner.metrics.record_turn(started.elapsed(), run.provider_time);
+            result
+        }
+        Err(error) => Err(error),
+    };
+    if let Err(error) = outcome {
+        let (kind, message) = match &error {
+            RuntimeError::Config(m) => ("config", m.clone()),
+            other => ("runtime", other.to_string()),
+        };
+        tracing::warn!(session = %slot.id, turn = turn_id, %error, "turn failed");
+        // If this commit fails too the turn stays `running` on disk and the
+        // next open marks it interrupted: nothing is lost either way.
+        let failure = TurnError { kind: kind.into(), message };
+        let _ = finish(runtime, slot, turn_id, TurnStatus::Failed, Some(failure), "the turn failed").await;
+    }
+}
+
+async fn prepare<'a>(runtime: &'a Runtime, slot: &'a SessionSlot, turn_id: &'a str) -> Result<TurnRun<'a>> {
+    let state = slot.state();
+    let spec: CoworkerSpec = serde_json::from_value(state.info.coworker_spec.clone())
+        .map_err(|e| RuntimeError::Config(format!("the session's pinned coworker cannot be read: {e}")))?;
+    let (provider, model) = runtime.inner.providers.resolve(&spec.model)?;
+    let tools: Vec<ToolSpec> =
+        spec.tools.iter().filter_map(|name| runtime.inner.tools.get(name)).map(|tool| tool.spec()).collect();
+    let history = runtime.store().history(slot.id.clone(), 0).await?;
+    Ok(TurnRun {
+        runtime,
+        slot,
+        turn_id,
+        provider,
+        model,
+        instructions: spec.instructions.clone(),
+        allowed_tools: tools.iter().map(|t| t.name.clone()).collect(),
+        tools,
+        limits: TurnLimits { max_steps: spec.max_steps.unwrap_or(runtime.inner.default_limits.max_steps) },
+        context: ToolContext { workspace: state.info.workspace.into() },
+        history,
+        provider_time: std::time::Duration::ZERO,
+    })
+}
+
+impl TurnRun<'_> {
+    async fn drive(&mut self, first: Next, cancel: &CancellationToken) -> Result<()> {
+        let mut next = first;
+        loop {
+            if cancel.is_cancelled() {
+                return self.stop().await;
+            }
+            next = match next {
+                Next::CallModel => match self.call_model(cancel).await? {
+                    Some(next) => next,
+                    None => return self.stop().await,
+                },
+                Next::RunTools(calls) => {
+                    for call in calls {
+                        if !self.run_tool(call, cancel).await? {
+                            return self.stop().await;
+                        }
+                    }
+                    Next::CallModel
+                }
+                Next::Finish { status, error } => {
+                    finish(self.runtime, self.slot, self.turn_id, status, error, "the turn ended").await?;
+                    return Ok(());
+                }
+            };
+        }
+    }
+
+    /// Records why the driver stopped early: a person's cancel, or shutdown.
+    async fn stop(&mut self) -> Result<()> {
+        if self.runtime.inner.shutdown.is_cancelled() {
+            interrupt(self.runtime, self.slot, self.turn_id, "shutdown").await
+        } else {
+            finish(self.runtime, self.slot, self.turn_id, TurnStatus::Cancelled, None, "the person cancelled the turn")
+                .await
+        }
+    }
+
+    /// One model round trip. `None` means it was cancelled.
+    async fn call_model(&mut self, cancel: &CancellationToken) -> Result<Option<Next>> {
+        let step = self.slot.state().turn.map(|t| t.steps).unwrap_or(0) + 1;
+        let mut attempt = AttemptInfo {
+            id: new_id("att"),
+            session_id: self.slot.id.clone(),
+            turn_id: self.turn_id.to_string(),
+            step,
+            attempt: 1,
+            model: format!("{}:{}", self.provider.name(), self.model),
+            status: AttemptStatus::Running,
+            text: String::new(),
+            usage: Usage::default(),
+            finish_reason: None,
+            error: None,
+            started_at_ms: now_ms(),
+            finished_at_ms: None,
+        };
+        let started = attempt.clone();
+        self.slot
+            .transact(self.runtime.store(), |_, change| {
+                change.events.push(NewEvent::new(
+                    EventKind::ModelAttemptStarted,
+                    json!({ "turn_id": started.turn_id, "attempt_id": started.id, "step": step, "attempt": 1, "model": started.model }),
+                ));
+                change.attempt = Some(started);
+                Ok(())
+            })
+            .await?;
+        let request = ModelRequest {
+            model: self.model.clone(),
+            instructions: self.instructions.clone(),
+            items: self.history.clone(),
+            tools: self.tools.clone(),
+            max_output_tokens: None,
+        };
+        let streamed = Mutex::new(String::new());
+        let slot = self.slot;
+        let turn_id = self.turn_id;
+        let on_delta = |text: &str| {
+            if let Ok(mut all) = streamed.lock() {
+                all.push_str(text);
+            }
+            slot.publish(BusMessage::Delta { turn_id: turn_id.to_string(), text: text.to_string() });
+        };
+        let clock = Instant::now();
+        let result = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => None,
+            result = self.provider.stream(&request, &on_delta) => Some(result),
+        };
+        self.provider_time += clock.elapsed();
+        attempt.text = streamed.lock().map(|s| s.clone()).unwrap_or_default();
+        attempt.finished_at_ms = Some(now_ms());
+        let Some(result) = result else {
+            attempt.status = AttemptStatus::Abandoned;
+            self.commit_attempt(attempt, Vec::new(), step).await?;
+            return Ok(None);
+        };
+        match result {
+            Ok(response) => {
+                attempt.status = AttemptStatus::Completed;
+                attempt.usage = response.usage;
+                attempt.finish_reason = Some(response.finish.as_str().to_string());
+                let decision = after_model(response.items, step, self.limits);
+                self.commit_attempt(attempt, decision.append, step).await?;
+                Ok(Some(decision.next))
+            }
+            Err(error) => {
+                attempt.status = AttemptStatus::Failed;
+                attempt.error = Some(error.to_string());
+                self.commit_attempt(attempt, Vec::new(), step).await?;
+                Ok(Some(Next::Finish {
+                    status: TurnStatus::Failed,
+                    error: Some(TurnError { kind: format!("provider_{}", error.kind.as_str()), message: error.to_string() }),
+                }))
+            }
+        }
+    }
+
+    /// Commits an attempt's outcome with the items it adds to history.
+    async fn commit_attempt(&mut self, attempt: AttemptInfo, items: Vec<Item>, step: u32) -> Result<()> {
+        let completed = attempt.status == AttemptStatus::Completed;
+        let usage = attempt.usage;
+        let finished = json!({
+            "turn_id": attempt.turn_id, "attempt_id": attempt.id, "status": attempt.status,
+            "usage": attempt.usage, "finish_reason": attempt.finish_reason, "error": attempt.error,
+        });
+        let added = items.clone();
+        let turn_id = self.turn_id;
+        self.slot
+            .transact(self.runtime.store(), |state, change| {
+                change.events.push(NewEvent::new(EventKind::ModelAttemptFinished, finished));
+                change.attempt = Some(attempt);
+                state.info.usage.add(&usage);
+                if let Some(turn) = state.turn.as_mut() {
+                    turn.usage.add(&usage);
+                    if completed {
+                        turn.steps = step;
+                    }
+                }
+                for item in added {
+                    push_item(change, &mut state.info, turn_id, item);
+                }
+                Ok(())
+            })
+            .await?;
+        self.history.extend(items);
+        Ok(())
+    }
+
+    /// Runs one tool call between its journaled intent and result. Returns
+    /// false if the turn was cancelled while the tool ran.
+    async fn run_tool(&mut self, call: ToolCall, cancel: &CancellationToken) -> Result<bool> {
+        let mut ledger = ToolCallInfo {
+            session_id: self.slot.id.clone(),
+            call_id: call.call_id.clone(),
+            turn_id: self.turn_id.to_string(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+            status: ToolCallStatus::Started,
+            output: None,
+            is_error: false,
+            started_at_ms: now_ms(),
+            finished_at_ms: None,
+        };
+        let intent = ledger.clone();
+        self.slot
+            .transact(self.runtime.store(), |_, change| {
+                change.events.push(NewEvent::new(
+                    EventKind::ToolCallStarted,
+                    json!({ "turn_id": intent.turn_id, "call_id": intent.call_id, "name": intent.name, "arguments": intent.arguments }),
+                ));
+                change.tool_calls.push(intent);
+                Ok(())
+            })
+            .await?;
+        let output = match self.runtime.inner.tools.get(&call.name).filter(|_| self.allowed_tools.contains(&call.name)) {
+            None => ToolOutput::error(format!(
+                "there is no tool named {:?}; available tools: {}",
+                call.name,
+                self.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+            )),
+            Some(tool) => {
+                let tool = tool.clone();
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return Ok(false),
+                    output = tool.call(&self.context, call.parsed.clone()) => output,
+                }
+            }
+        };
+        ledger.status = ToolCallStatus::Completed;
+        ledger.output = Some(output.text.clone());
+        ledger.is_error = output.is_error;
+        ledger.finished_at_ms = Some(now_ms());
+        let item = Item::FunctionCallOutput { call_id: call.call_id.clone(), output: output.text };
+        let finished = json!({ "turn_id": self.turn_id, "call_id": call.call_id, "is_error": output.is_error });
+        let turn_id = self.turn_id;
+        self.slot
+            .transact(self.runtime.store(), |state, change| {
+                change.events.push(NewEvent::new(EventKind::ToolCallFinished, finished));
+                change.tool_calls.push(ledger);
+                push_item(change, &mut state.info, turn_id, item.clone());
+                Ok(())
+            })
+            .await?;
+        self.history.push(item);
+        Ok(true)
+    }
+}
+
+/// Appends `item` to history in `change`, with its `item_added` event.
+pub(crate) fn push_item(change: &mut keel_store::Change, info: &mut keel_protocol::session::SessionInfo, turn_id: &str, item: Item) {
+    let index = info.history_len;
+    info.history_len += 1;
+    change.events.push(NewEvent::new(EventKind::ItemAdded, json!({ "turn_id": turn_id, "index": index, "item": item })));
+    change.history.push((index, item));
+}
+
+/// Ends a turn with `status`, answering every call the model made that has
+/// no output yet so the next request to the model is well formed.
+pub(crate) async fn finish(
+    runtime: &Runtime,
+    slot: &SessionSlot,
+    turn_id: &str,
+    status: TurnStatus,
+    error: Option<TurnError>,
+    reason: &str,
+) -> Result<()> {
+    let Some(turn) = slot.state().turn.filter(|t| t.id == turn_id) else {
+        return Err(RuntimeError::Conflict(format!("turn {turn_id} is not the session's current turn")));
+    };
+    let items = runtime.store().history(slot.id.clone(), turn.history_start).await?;
+    let ledger = runtime.store().tool_calls(slot.id.clone(), Some(turn_id.to_string())).await?;
+    let closing = keel_core::recovery::close_unanswered(&items, &ledger, reason);
+    slot.transact(runtime.store(), |state, change| {
+        let Some(turn) = state.turn.as_mut().filter(|t| t.id == turn_id && !t.status.is_terminal()) else {
+            return Err(RuntimeError::Conflict(format!("turn {turn_id} has already ended")));
+        };
+        turn.status = status;
+        turn.error = error.clone();
+        for (item, interrupted) in closing {
+            if let (Some(mut call), Item::FunctionCallOutput { output, .. }) = (interrupted, &item) {
+                change.events.push(NewEvent::new(
+                    EventKind::ToolCallInterrupted,
+                    json!({ "turn_id": turn_id, "call_id": call.call_id }),
+                ));
+                call.status = ToolCallStatus::Interrupted;
+                call.output = Some(output.clone());
+                call.is_error = true;
+                call.finished_at_ms = Some(now_ms());
+                change.tool_calls.push(call);
+            }
+            push_item(change, &mut state.info, turn_id, item);
+        }
+        change.events.push(NewEvent::new(
+            EventKind::TurnFinished,
+            json!({ "turn_id": turn_id, "status": status, "error": error }),
+        ));
+        Ok(())
+    })
+    .await?;
+    runtime.inner.metrics.turn_finished(status);
+    Ok(())
+}
+
+/// Marks a turn `interrupted`: its process is stopping (or stopped) while it
+/// ran. Nothing is appended; recovery decides what the journal means.
+pub(crate) async fn interrupt(runtime: &Runtime, slot: &SessionSlot, turn_id: &str, reason: &str) -> Result<()> {
+    slot.transact(runtime.store(), |state, change| {
+        let Some(turn) = state.turn.as_mut().filter(|t| t.id == turn_id) else {
+            return Err(RuntimeError::Conflict(format!("turn {turn_id} is not the session's current turn")));
+        };
+        turn.status = TurnStatus::Interrupted;
+        change.events.push(NewEvent::new(EventKind::TurnInterrupted, json!({ "turn_id": turn_id, "reason": reason })));
+        Ok(())
+    })
+    .await
+    .map(|_| ())
+}

@@ -1,0 +1,401 @@
+//! The runtime handle and the session and turn operations behind the API.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use keel_core::TurnLimits;
+use keel_protocol::ids::{new_id, now_ms};
+use keel_protocol::rpc::{SessionSnapshot, SessionSummary, TurnControlResponse, TurnStartResponse};
+use keel_protocol::session::{SessionInfo, TurnInfo};
+use keel_protocol::{CompactionSettings, EventKind, Item, TurnStatus, Usage};
+use keel_store::{NewEvent, Store, SubmissionRecord};
+use keel_store_sqlite::SqliteStore;
+use keel_tools::Registry;
+use serde_json::json;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::bundle::{Bundle, CoworkerSpec};
+use crate::config::{ProviderSet, RuntimeConfig};
+use crate::error::{Result, RuntimeError};
+use crate::events::EventStream;
+use crate::slot::{Job, SessionSlot};
+use crate::state_dir::{self, StateLock};
+
+/// A running keel runtime. Cloning is cheap and shares everything.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub store: Arc<dyn Store>,
+    pub bundles: Vec<Bundle>,
+    pub providers: ProviderSet,
+    pub tools: Registry,
+    pub model_override: Option<String>,
+    pub default_limits: TurnLimits,
+    pub sessions: Mutex<HashMap<String, Arc<SessionSlot>>>,
+    pub tasks: TaskTracker,
+    pub shutdown: CancellationToken,
+    pub metrics: crate::metrics::Metrics,
+    _lock: StateLock,
+}
+
+/// Parameters of a new session.
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    pub name: String,
+    pub coworker: String,
+    pub workspace: String,
+    pub attended: bool,
+    pub compaction: CompactionSettings,
+}
+
+impl Runtime {
+    /// Opens the state directory: takes its lock, migrates the database,
+    /// loads sessions, and marks turns that were running as `interrupted`.
+    pub async fn open(config: RuntimeConfig) -> Result<Runtime> {
+        state_dir::ensure(&config.state_dir)?;
+        let lock = state_dir::lock(&config.state_dir)?;
+        let bundles = config.bundles.iter().map(|dir| Bundle::load(dir)).collect::<Result<Vec<_>>>()?;
+        check_unique_coworkers(&bundles)?;
+        let dir = config.state_dir.clone();
+        let store = tokio::task::spawn_blocking(move || SqliteStore::open(&dir))
+            .await
+            .map_err(|e| RuntimeError::Config(format!("cannot open the store: {e}")))??;
+        let store: Arc<dyn Store> = Arc::new(store);
+        let infos = store.sessions().await?;
+        let mut turns: HashMap<String, TurnInfo> =
+            store.current_turns().await?.into_iter().map(|t| (t.session_id.clone(), t)).collect();
+        let sessions = infos
+            .into_iter()
+            .map(|info| {
+                let turn = turns.remove(&info.id);
+                (info.id.clone(), Arc::new(SessionSlot::new(info, turn)))
+            })
+            .collect();
+        let runtime = Runtime {
+            inner: Arc::new(Inner {
+                store,
+                bundles,
+                providers: config.providers,
+                tools: Registry::builtin(),
+                model_override: config.model_override,
+                default_limits: config.default_limits,
+                sessions: Mutex::new(sessions),
+                tasks: TaskTracker::new(),
+                shutdown: CancellationToken::new(),
+                metrics: Default::default(),
+                _lock: lock,
+            }),
+        };
+        runtime.mark_interrupted().await?;
+        Ok(runtime)
+    }
+
+    pub(crate) fn store(&self) -> &dyn Store {
+        self.inner.store.as_ref()
+    }
+
+    /// The runtime's own counters.
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.inner.metrics
+    }
+
+    /// Every loaded bundle.
+    pub fn bundles(&self) -> &[Bundle] {
+        &self.inner.bundles
+    }
+
+    pub(crate) fn slot(&self, session_id: &str) -> Result<Arc<SessionSlot>> {
+        let sessions = self.inner.sessions.lock().map_err(|_| RuntimeError::ShuttingDown)?;
+        sessions
+            .get(session_id)
+            .cloned()
+            .ok_or_else(|| RuntimeError::NotFound { what: "session", id: session_id.to_string() })
+    }
+
+    pub(crate) fn all_slots(&self) -> Vec<Arc<SessionSlot>> {
+        self.inner.sessions.lock().map(|s| s.values().cloned().collect()).unwrap_or_default()
+    }
+
+    fn find_coworker(&self, id: &str) -> Result<(&Bundle, CoworkerSpec)> {
+        for bundle in &self.inner.bundles {
+            if let Some(spec) = bundle.coworkers.get(id) {
+                let mut spec = spec.clone();
+                if let Some(model) = &self.inner.model_override {
+                    spec.model = model.clone();
+                }
+                return Ok((bundle, spec));
+            }
+        }
+        let known: Vec<&str> =
+            self.inner.bundles.iter().flat_map(|b| b.coworkers.keys().map(String::as_str)).collect();
+        Err(RuntimeError::InvalidParams(if known.is_empty() {
+            format!("no coworker {id:?}: this keel serves no bundle; start it with --bundle <dir>")
+        } else {
+            format!("no coworker {id:?}; coworkers served: {}", known.join(", "))
+        }))
+    }
+
+    /// Creates a session for a coworker and a workspace directory.
+    pub async fn create_session(&self, params: NewSession) -> Result<SessionInfo> {
+        if params.name.trim().is_empty() {
+            return Err(RuntimeError::InvalidParams("name must not be empty".into()));
+        }
+        let (bundle, spec) = self.find_coworker(&params.coworker)?;
+        for tool in &spec.tools {
+            if self.inner.tools.get(tool).is_none() {
+                return Err(RuntimeError::Config(format!(
+                    "coworker {:?} lists the tool {tool:?}, which keel does not have; known tools: {}",
+                    params.coworker,
+                    self.inner.tools.names().collect::<Vec<_>>().join(", ")
+                )));
+            }
+        }
+        self.inner.providers.resolve(&spec.model)?;
+        let workspace = Path::new(&params.workspace);
+        let workspace = workspace.canonicalize().map_err(|e| {
+            RuntimeError::InvalidParams(format!("workspace {:?} cannot be used: {e}; create the folder first", params.workspace))
+        })?;
+        if !workspace.is_dir() {
+            return Err(RuntimeError::InvalidParams(format!("workspace {:?} is not a folder", params.workspace)));
+        }
+        let now = now_ms();
+        let info = SessionInfo {
+            id: new_id("ses"),
+            name: params.name,
+            coworker: params.coworker,
+            bundle_path: bundle.root.display().to_string(),
+            bundle_digest: spec.digest(),
+            coworker_spec: serde_json::to_value(&spec).unwrap_or_default(),
+            workspace: workspace.display().to_string(),
+            attended: params.attended,
+            compaction: params.compaction,
+            provider_blocked: false,
+            created_at_ms: now,
+            updated_at_ms: now,
+            current_turn_id: None,
+            history_len: 0,
+            usage: Usage::default(),
+        };
+        let slot = Arc::new(SessionSlot::new(info.clone(), None));
+        let created = serde_json::to_value(&info).unwrap_or_default();
+        slot.transact(self.store(), |_, change| {
+            change.events.push(NewEvent::new(EventKind::SessionCreated, json!({ "session": created })));
+            Ok(())
+        })
+        .await?;
+        let info = slot.state().info;
+        self.inner
+            .sessions
+            .lock()
+            .map_err(|_| RuntimeError::ShuttingDown)?
+            .insert(info.id.clone(), slot);
+        Ok(info)
+    }
+
+    /// Every session, newest activity first.
+    pub fn list_sessions(&self) -> Vec<SessionSummary> {
+        let mut list: Vec<SessionSummary> = self
+            .all_slots()
+            .iter()
+            .map(|slot| {
+                let state = slot.state();
+                SessionSummary {
+                    id: state.info.id,
+                    name: state.info.name,
+                    coworker: state.info.coworker,
+                    turn_status: state.turn.map(|t| t.status),
+                    updated_at_ms: state.info.updated_at_ms,
+                }
+            })
+            .collect();
+        list.sort_by(|a, b| b.updated_at_ms.cmp(&a.updated_at_ms).then_with(|| a.id.cmp(&b.id)));
+        list
+    }
+
+    /// The committed session and current turn, as served.
+    pub fn session_state(&self, session_id: &str) -> Result<(SessionInfo, Option<TurnInfo>)> {
+        let state = self.slot(session_id)?.state();
+        Ok((state.info, state.turn))
+    }
+
+    /// A full snapshot: session, turn, history, attempts and effect ledger.
+    pub async fn snapshot(&self, session_id: &str) -> Result<SessionSnapshot> {
+        let slot = self.slot(session_id)?;
+        let state = slot.state();
+        let store = self.store();
+        let history = store.history(session_id.to_string(), 0).await?;
+        let attempts = store.attempts(session_id.to_string()).await?;
+        let tool_calls = store.tool_calls(session_id.to_string(), None).await?;
+        let last_seq = store.last_seq(session_id.to_string()).await?;
+        Ok(SessionSnapshot {
+            session: state.info,
+            turn: state.turn,
+            history,
+            interactions: Vec::new(),
+            attempts,
+            tool_calls,
+            last_seq,
+        })
+    }
+
+    /// Starts a turn for a submission, or returns the turn an earlier
+    /// submission with the same id started.
+    pub async fn start_turn(&self, session_id: &str, submission_id: &str, text: &str) -> Result<TurnStartResponse> {
+        if submission_id.trim().is_empty() {
+            return Err(RuntimeError::InvalidParams("submission_id must not be empty".into()));
+        }
+        let slot = self.slot(session_id)?;
+        let _control = slot.control.lock().await;
+        if let Some(turn_id) = self.store().submission(session_id.into(), submission_id.into()).await? {
+            return Ok(TurnStartResponse { turn_id, duplicate: true });
+        }
+        if self.inner.shutdown.is_cancelled() {
+            return Err(RuntimeError::ShuttingDown);
+        }
+        let state = slot.state();
+        if slot.has_job() {
+            return Err(match &state.turn {
+                Some(turn) if turn.status.is_terminal() => RuntimeError::Busy(format!(
+                    "the previous turn {} is {} and still checkpointing; retry in a moment",
+                    turn.id,
+                    turn.status.as_str()
+                )),
+                Some(turn) => RuntimeError::Busy(format!(
+                    "turn {} is still {}; wait for it to finish, or stop it with turn/interrupt",
+                    turn.id,
+                    turn.status.as_str()
+                )),
+                None => RuntimeError::Busy("the session is busy; retry in a moment".into()),
+            });
+        }
+        if let Some(turn) = &state.turn
+            && !turn.status.is_terminal() {
+                return Err(RuntimeError::Conflict(format!(
+                    "turn {} is {}; continue it with turn/resume or drop it with turn/interrupt before starting another",
+                    turn.id,
+                    turn.status.as_str()
+                )));
+            }
+        if state.info.provider_blocked {
+            return Err(RuntimeError::Blocked(
+                "a model provider blocked this session on safety grounds; it accepts no new turns, start a new session".into(),
+            ));
+        }
+        let turn_id = new_id("turn");
+        let now = now_ms();
+        let item = Item::user_text(text);
+        slot.transact(self.store(), |state, change| {
+            let index = state.info.history_len;
+            state.turn = Some(TurnInfo {
+                id: turn_id.clone(),
+                session_id: state.info.id.clone(),
+                submission_id: submission_id.to_string(),
+                status: TurnStatus::Running,
+                steps: 0,
+                history_start: index,
+                error: None,
+                usage: Usage::default(),
+                created_at_ms: now,
+                updated_at_ms: now,
+            });
+            state.info.current_turn_id = Some(turn_id.clone());
+            state.info.history_len += 1;
+            change.submission = Some(SubmissionRecord {
+                submission_id: submission_id.to_string(),
+                turn_id: turn_id.clone(),
+                text: text.to_string(),
+            });
+            change.history.push((index, item.clone()));
+            change.events.push(NewEvent::new(
+                EventKind::TurnStarted,
+                json!({ "turn_id": turn_id, "submission_id": submission_id }),
+            ));
+            change.events.push(NewEvent::new(
+                EventKind::ItemAdded,
+                json!({ "turn_id": turn_id, "index": index, "item": item }),
+            ));
+            Ok(())
+        })
+        .await?;
+        self.spawn_driver(slot.clone(), turn_id.clone(), keel_core::Next::CallModel);
+        Ok(TurnStartResponse { turn_id, duplicate: false })
+    }
+
+    /// Starts the driver task for a turn. The caller holds the control lock.
+    pub(crate) fn spawn_driver(&self, slot: Arc<SessionSlot>, turn_id: String, next: keel_core::Next) {
+        let cancel = self.inner.shutdown.child_token();
+        let (done_tx, done_rx) = watch::channel(false);
+        if let Ok(mut job) = slot.job.lock() {
+            *job = Some(Job { turn_id: turn_id.clone(), cancel: cancel.clone(), done: done_rx });
+        }
+        let runtime = self.clone();
+        self.inner.tasks.spawn(async move {
+            crate::driver::drive(&runtime, &slot, &turn_id, next, &cancel).await;
+            if let Ok(mut job) = slot.job.lock()
+                && job.as_ref().is_some_and(|j| j.turn_id == turn_id) {
+                    *job = None;
+                }
+            let _ = done_tx.send(true);
+        });
+    }
+
+    /// Stops the session's turn. A running turn's driver stops at once
+    /// (dropping any in-flight model request) and records it `cancelled`; an
+    /// interrupted or recoverable turn is dropped as `cancelled`.
+    pub async fn interrupt_turn(&self, session_id: &str) -> Result<TurnControlResponse> {
+        let slot = self.slot(session_id)?;
+        let _control = slot.control.lock().await;
+        if let Some((turn_id, cancel, mut done)) = slot.job_turn() {
+            cancel.cancel();
+            let _ = done.wait_for(|finished| *finished).await;
+            let status = slot.state().turn.map(|t| t.status).unwrap_or(TurnStatus::Cancelled);
+            return Ok(TurnControlResponse { turn_id, status });
+        }
+        let state = slot.state();
+        let Some(turn) = state.turn else {
+            return Err(RuntimeError::Conflict("the session has no turn to interrupt".into()));
+        };
+        if turn.status.is_terminal() {
+            return Ok(TurnControlResponse { turn_id: turn.id, status: turn.status });
+        }
+        crate::driver::finish(self, &slot, &turn.id, TurnStatus::Cancelled, None, "the person cancelled the turn")
+            .await?;
+        Ok(TurnControlResponse { turn_id: turn.id, status: TurnStatus::Cancelled })
+    }
+
+    /// Subscribes to a session's events after `after_seq`.
+    pub fn subscribe(&self, session_id: &str, after_seq: u64) -> Result<EventStream> {
+        let slot = self.slot(session_id)?;
+        let live = slot.subscribe();
+        Ok(EventStream::new(self.inner.store.clone(), session_id.to_string(), after_seq, live))
+    }
+
+    /// Stops every driver and waits for them to record where they stopped.
+    pub async fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
+    }
+}
+
+fn check_unique_coworkers(bundles: &[Bundle]) -> Result<()> {
+    let mut seen: HashMap<&str, &Path> = HashMap::new();
+    for bundle in bundles {
+        for id in bundle.coworkers.keys() {
+            if let Some(other) = seen.insert(id, &bundle.root) {
+                return Err(RuntimeError::Config(format!(
+                    "the coworker {id:?} is defined in both {} and {}; coworker ids must be unique across bundles",
+                    other.display(),
+                    bundle.root.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}

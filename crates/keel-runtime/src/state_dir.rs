@@ -1,0 +1,92 @@
+//! The state directory: its location, its lock and its API token.
+//!
+//! One keel process owns a state directory at a time; the lock file
+//! `keel.lock` is held with an OS file lock for the life of the process, so
+//! a second `keel serve` on the same directory fails at once instead of
+//! corrupting the first one's recovery. Read-only commands (`keel sessions`,
+//! `keel show`) do not take the lock.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Result, RuntimeError};
+
+/// The file holding the API token.
+pub const TOKEN_FILE: &str = "token";
+
+/// The default state directory: `$XDG_STATE_HOME/keel`, else
+/// `~/.local/state/keel`.
+pub fn default_state_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("keel");
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    home.join(".local/state/keel")
+}
+
+/// Creates the directory with owner-only permissions if it does not exist.
+pub fn ensure(dir: &Path) -> Result<()> {
+    if !dir.exists() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| RuntimeError::Config(format!("cannot create the state directory {}: {e}", dir.display())))?;
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    }
+    Ok(())
+}
+
+/// The held lock on a state directory; released when dropped.
+#[derive(Debug)]
+pub struct StateLock {
+    _file: File,
+}
+
+/// Takes the state directory's lock or says who holds it.
+pub fn lock(dir: &Path) -> Result<StateLock> {
+    let path = dir.join("keel.lock");
+    let mut file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| RuntimeError::Config(format!("cannot open {}: {e}", path.display())))?;
+    if file.try_lock().is_err() {
+        let holder = std::fs::read_to_string(&path).unwrap_or_default();
+        return Err(RuntimeError::Config(format!(
+            "the state directory {} is in use by another keel process (pid {}); stop it, or pass a different --state",
+            dir.display(),
+            holder.trim()
+        )));
+    }
+    let _ = file.set_len(0);
+    let _ = write!(file, "{}", std::process::id());
+    Ok(StateLock { _file: file })
+}
+
+/// Reads the API token, creating a new random one (owner-only) if needed.
+pub fn token(dir: &Path) -> Result<(String, PathBuf)> {
+    let path = dir.join(TOKEN_FILE);
+    if let Ok(existing) = std::fs::read_to_string(&path) {
+        let existing = existing.trim().to_string();
+        if existing.len() >= 32 {
+            return Ok((existing, path));
+        }
+    }
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| RuntimeError::Config(format!("cannot generate a token: {e}")))?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut file = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| RuntimeError::Config(format!("cannot write {}: {e}", path.display())))?;
+    file.write_all(token.as_bytes())
+        .map_err(|e| RuntimeError::Config(format!("cannot write {}: {e}", path.display())))?;
+    Ok((token, path))
+}

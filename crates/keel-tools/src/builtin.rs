@@ -1,0 +1,205 @@
+//! The built-in workspace tools: `read_file`, `write_file`, `list_dir`.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::workspace::resolve;
+use crate::{BoxFuture, Tool, ToolContext, ToolOutput, ToolSpec};
+
+/// Largest file `read_file` returns whole; longer files are cut with a note.
+pub const READ_LIMIT: usize = 256 * 1024;
+/// Most entries `list_dir` returns.
+pub const LIST_LIMIT: usize = 1000;
+
+fn parse<T: for<'de> Deserialize<'de>>(arguments: Value) -> Result<T, ToolOutput> {
+    serde_json::from_value(arguments).map_err(|e| ToolOutput::error(format!("invalid arguments: {e}")))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PathArgs {
+    path: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+/// Reads a UTF-8 text file from the workspace.
+pub struct ReadFile;
+
+impl Tool for ReadFile {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "read_file".into(),
+            description: "Read a text file from the workspace. Paths are relative to the workspace.".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {"path": {"type": "string", "description": "File path relative to the workspace"}},
+                "required": ["path"],
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    fn call<'a>(&'a self, context: &'a ToolContext, arguments: Value) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let args: PathArgs = match parse(arguments) {
+                Ok(args) => args,
+                Err(output) => return output,
+            };
+            let path = match resolve(&context.workspace, &args.path) {
+                Ok(path) => path,
+                Err(e) => return ToolOutput::error(e.to_string()),
+            };
+            match tokio::fs::read(&path).await {
+                Ok(bytes) => {
+                    let cut = bytes.len() > READ_LIMIT;
+                    let shown = &bytes[..bytes.len().min(READ_LIMIT)];
+                    let mut text = String::from_utf8_lossy(shown).into_owned();
+                    if cut {
+                        text.push_str(&format!("\n[keel: file cut at {READ_LIMIT} of {} bytes]", bytes.len()));
+                    }
+                    ToolOutput::ok(text)
+                }
+                Err(e) => ToolOutput::error(format!("cannot read {}: {e}", args.path)),
+            }
+        })
+    }
+}
+
+/// Writes a text file in the workspace, creating parent folders.
+pub struct WriteFile;
+
+impl Tool for WriteFile {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "write_file".into(),
+            description: "Create or overwrite a text file in the workspace. Parent folders are created.".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "File path relative to the workspace"},
+                    "content": {"type": "string", "description": "The whole new content of the file"}
+                },
+                "required": ["path", "content"],
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    fn call<'a>(&'a self, context: &'a ToolContext, arguments: Value) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let args: WriteArgs = match parse(arguments) {
+                Ok(args) => args,
+                Err(output) => return output,
+            };
+            let path = match resolve(&context.workspace, &args.path) {
+                Ok(path) => path,
+                Err(e) => return ToolOutput::error(e.to_string()),
+            };
+            if let Some(parent) = path.parent()
+                && let Err(e) = tokio::fs::create_dir_all(parent).await {
+                    return ToolOutput::error(format!("cannot create the folder for {}: {e}", args.path));
+                }
+            match tokio::fs::write(&path, args.content.as_bytes()).await {
+                Ok(()) => ToolOutput::ok(format!("wrote {} bytes to {}", args.content.len(), args.path)),
+                Err(e) => ToolOutput::error(format!("cannot write {}: {e}", args.path)),
+            }
+        })
+    }
+}
+
+/// Lists a workspace folder.
+pub struct ListDir;
+
+impl Tool for ListDir {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "list_dir".into(),
+            description: "List the entries of a folder in the workspace. Folders end with '/'.".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {"path": {"type": "string", "description": "Folder path relative to the workspace; '.' is the workspace itself"}},
+                "required": ["path"],
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    fn call<'a>(&'a self, context: &'a ToolContext, arguments: Value) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let args: PathArgs = match parse(arguments) {
+                Ok(args) => args,
+                Err(output) => return output,
+            };
+            let path = match resolve(&context.workspace, &args.path) {
+                Ok(path) => path,
+                Err(e) => return ToolOutput::error(e.to_string()),
+            };
+            let mut reader = match tokio::fs::read_dir(&path).await {
+                Ok(reader) => reader,
+                Err(e) => return ToolOutput::error(format!("cannot list {}: {e}", args.path)),
+            };
+            let mut names = Vec::new();
+            let mut more = false;
+            loop {
+                match reader.next_entry().await {
+                    Ok(Some(entry)) => {
+                        if names.len() == LIST_LIMIT {
+                            more = true;
+                            break;
+                        }
+                        let mut name = entry.file_name().to_string_lossy().into_owned();
+                        if entry.file_type().await.map(|t| t.is_dir()).unwrap_or(false) {
+                            name.push('/');
+                        }
+                        names.push(name);
+                    }
+                    Ok(None) => break,
+                    Err(e) => return ToolOutput::error(format!("cannot list {}: {e}", args.path)),
+                }
+            }
+            names.sort();
+            if more {
+                names.push(format!("[keel: listing cut at {LIST_LIMIT} entries]"));
+            }
+            ToolOutput::ok(names.join("\n"))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context() -> (tempfile::TempDir, ToolContext) {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let workspace = dir.path().to_path_buf();
+        (dir, ToolContext { workspace })
+    }
+
+    #[tokio::test]
+    async fn write_then_read_then_list() {
+        let (_d, ctx) = context();
+        let out = WriteFile.call(&ctx, json!({"path":"a/b.txt","content":"hi"})).await;
+        assert!(!out.is_error, "{}", out.text);
+        assert_eq!(ReadFile.call(&ctx, json!({"path":"a/b.txt"})).await, ToolOutput::ok("hi"));
+        assert_eq!(ListDir.call(&ctx, json!({"path":"."})).await, ToolOutput::ok("a/"));
+        assert_eq!(ListDir.call(&ctx, json!({"path":"a"})).await, ToolOutput::ok("b.txt"));
+    }
+
+    #[tokio::test]
+    async fn bad_arguments_and_escapes_are_tool_errors() {
+        let (_d, ctx) = context();
+        let out = WriteFile.call(&ctx, json!({"path":"x"})).await;
+        assert!(out.is_error && out.text.contains("invalid arguments"));
+        let out = ReadFile.call(&ctx, json!({"path":"../../etc/passwd"})).await;
+        assert!(out.is_error && out.text.contains("outside the workspace"));
+        let out = ReadFile.call(&ctx, json!({"path":"missing.txt"})).await;
+        assert!(out.is_error && out.text.contains("cannot read"));
+    }
+}
