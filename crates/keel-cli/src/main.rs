@@ -1,1 +1,77 @@
-fn main() {}
+//! `keel`: the command-line interface to the keel runtime.
+//!
+//! Data goes to stdout, diagnostics to stderr. Exit codes: 0 success, 1 the
+//! task or command failed, 2 bad usage or configuration, 130 interrupted.
+
+mod cmd;
+mod providers;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "keel", version, about = "A durable runtime for AI coworkers")]
+struct Cli {
+    /// The state directory (default: $XDG_STATE_HOME/keel or ~/.local/state/keel).
+    #[arg(long, global = true, env = "KEEL_STATE_DIR")]
+    state: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the JSON-RPC API over WebSocket (default) or stdio.
+    Serve(cmd::serve::Args),
+    /// Run one task with a coworker and stream its answer to stdout.
+    Run(cmd::run::Args),
+    /// List sessions.
+    Sessions(cmd::inspect::SessionsArgs),
+    /// Show a session: its turn, history, attempts and tool calls.
+    Show(cmd::inspect::ShowArgs),
+    /// Print a session's journal events, optionally following new ones.
+    Events(cmd::inspect::EventsArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let verbose = matches!(cli.command, Command::Serve(_));
+    init_logging(verbose);
+    let state = cli.state.unwrap_or_else(keel_runtime::state_dir::default_state_dir);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("keel: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Serve(args) => cmd::serve::run(state, args).await,
+            Command::Run(args) => cmd::run::run(state, args).await,
+            Command::Sessions(args) => cmd::inspect::sessions(state, args).await,
+            Command::Show(args) => cmd::inspect::show(state, args).await,
+            Command::Events(args) => cmd::inspect::events(state, args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("keel: {error:#}");
+            let usage = error.downcast_ref::<keel_runtime::RuntimeError>().is_some_and(|e| {
+                matches!(e, keel_runtime::RuntimeError::Config(_) | keel_runtime::RuntimeError::InvalidParams(_))
+            });
+            ExitCode::from(if usage { 2 } else { 1 })
+        }
+    }
+}
+
+fn init_logging(verbose: bool) {
+    let level = std::env::var("KEEL_LOG")
+        .ok()
+        .and_then(|l| l.parse::<tracing::Level>().ok())
+        .unwrap_or(if verbose { tracing::Level::INFO } else { tracing::Level::WARN });
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_max_level(level).with_target(false).init();
+}

@@ -5,7 +5,9 @@
 //! place. Every failure is classified into a [`FailureKind`] so the runtime can
 //! decide what to retry without looking at provider-specific text.
 
+mod failure;
 pub mod openai_chat;
+mod retry_after;
 pub mod sse;
 
 use std::future::Future;
@@ -116,6 +118,19 @@ impl ProviderError {
     pub fn new(kind: FailureKind, message: impl Into<String>) -> ProviderError {
         ProviderError { kind, message: message.into(), retry_after: None, http_status: None }
     }
+}
+
+/// Why a provider could not be built from its settings.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("the base URL `{url}` is not usable ({reason}); set an http(s) URL such as https://api.openai.com/v1")]
+    InvalidBaseUrl { url: String, reason: String },
+    #[error(
+        "the API key contains characters that cannot be sent in an HTTP header; check the key for stray quotes or line breaks"
+    )]
+    InvalidApiKey,
+    #[error("the HTTP client could not be built: {0}; check the TLS setup of this machine")]
+    HttpClient(String),
 }
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

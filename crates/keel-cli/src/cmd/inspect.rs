@@ -1,0 +1,125 @@
+//! `keel sessions`, `keel show`, `keel events`: read-only views that work
+//! beside a running server.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use keel_protocol::Item;
+use keel_runtime::Inspector;
+
+#[derive(clap::Args)]
+pub struct SessionsArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct ShowArgs {
+    /// Session id or name.
+    session: String,
+    /// Print the full snapshot as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct EventsArgs {
+    /// Session id or name.
+    session: String,
+    /// Only events after this seq.
+    #[arg(long, default_value_t = 0)]
+    after: u64,
+    /// Keep printing new events as they are committed.
+    #[arg(long)]
+    follow: bool,
+}
+
+pub async fn sessions(state: PathBuf, args: SessionsArgs) -> anyhow::Result<ExitCode> {
+    let inspector = Inspector::open(&state)?;
+    let sessions = inspector.sessions().await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&sessions)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{:<30}  {:<24}  {:<20}  {:>7}  {:>10}", "ID", "NAME", "COWORKER", "ITEMS", "TOKENS");
+    for s in sessions {
+        let tokens = s.usage.input_tokens + s.usage.output_tokens;
+        println!("{:<30}  {:<24}  {:<20}  {:>7}  {:>10}", s.id, truncate(&s.name, 24), truncate(&s.coworker, 20), s.history_len, tokens);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn truncate(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        text.to_string()
+    } else {
+        let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
+        cut.push('~');
+        cut
+    }
+}
+
+pub async fn show(state: PathBuf, args: ShowArgs) -> anyhow::Result<ExitCode> {
+    let inspector = Inspector::open(&state)?;
+    let snapshot = inspector.snapshot(&args.session).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&snapshot)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let s = &snapshot.session;
+    println!("session   {} ({})", s.id, s.name);
+    println!("coworker  {}  model {}", s.coworker, s.coworker_spec["model"].as_str().unwrap_or("?"));
+    println!("workspace {}", s.workspace);
+    println!(
+        "usage     {} input, {} output, {} cached, {} reasoning tokens",
+        s.usage.input_tokens, s.usage.output_tokens, s.usage.cached_input_tokens, s.usage.reasoning_tokens
+    );
+    if let Some(turn) = &snapshot.turn {
+        print!("turn      {} {} after {} model round trips", turn.id, turn.status.as_str(), turn.steps);
+        if let Some(error) = &turn.error {
+            print!(" ({}: {})", error.kind, error.message);
+        }
+        println!();
+    }
+    println!("history");
+    for (index, item) in snapshot.history.iter().enumerate() {
+        println!("  {index:>4}  {}", describe(item));
+    }
+    println!("attempts  {} ({} failed)", snapshot.attempts.len(), snapshot.attempts.iter().filter(|a| a.error.is_some()).count());
+    println!("events    {}", snapshot.last_seq);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn describe(item: &Item) -> String {
+    let one_line = |text: &str| truncate(&text.replace('\n', " "), 100);
+    match item {
+        Item::Message { role, runtime_notice, .. } => {
+            let who = if runtime_notice.is_some() { "runtime".to_string() } else { format!("{role:?}").to_lowercase() };
+            format!("{who:<9} {}", one_line(&item.message_text().unwrap_or_default()))
+        }
+        Item::FunctionCall { name, arguments, .. } => format!("call      {name}({})", one_line(arguments)),
+        Item::FunctionCallOutput { output, .. } => format!("output    {}", one_line(output)),
+    }
+}
+
+pub async fn events(state: PathBuf, args: EventsArgs) -> anyhow::Result<ExitCode> {
+    let inspector = Inspector::open(&state)?;
+    let session = inspector.find(&args.session).await?;
+    let mut after = args.after;
+    loop {
+        let batch = inspector.events(&session.id, after, 1000).await?;
+        for event in &batch {
+            println!("{}", serde_json::to_string(event)?);
+            after = event.seq;
+        }
+        if batch.len() == 1000 {
+            continue;
+        }
+        if !args.follow {
+            return Ok(ExitCode::SUCCESS);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

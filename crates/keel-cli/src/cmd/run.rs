@@ -1,0 +1,115 @@
+//! `keel run`: one task, answered on stdout.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use keel_protocol::ids::new_id;
+use keel_protocol::{CompactionSettings, EventKind};
+use keel_runtime::{BusMessage, NewSession, Runtime, RuntimeConfig};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The bundle directory that defines the coworker.
+    #[arg(long, default_value = "examples/assistant")]
+    bundle: PathBuf,
+    /// The coworker's id in the bundle.
+    #[arg(long, default_value = "assistant-example")]
+    coworker: String,
+    /// The folder the coworker may work in (default: the current folder).
+    #[arg(long)]
+    workspace: Option<PathBuf>,
+    /// Use this model (`provider:model`) instead of the coworker's.
+    #[arg(long)]
+    model: Option<String>,
+    /// The task.
+    #[arg(required = true, trailing_var_arg = true)]
+    text: Vec<String>,
+}
+
+pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
+    let mut config = RuntimeConfig::new(&state);
+    config.bundles = vec![args.bundle];
+    config.providers = crate::providers::from_env()?;
+    config.model_override = args.model;
+    let runtime = Runtime::open(config).await?;
+    runtime.recover().await?;
+    let workspace = match args.workspace {
+        Some(dir) => dir,
+        None => std::env::current_dir()?,
+    };
+    let text = args.text.join(" ");
+    let session = runtime
+        .create_session(NewSession {
+            name: format!("run: {}", text.chars().take(40).collect::<String>()),
+            coworker: args.coworker,
+            workspace: workspace.display().to_string(),
+            attended: true,
+            compaction: CompactionSettings::default(),
+        })
+        .await?;
+    let mut events = runtime.subscribe(&session.id, 0)?;
+    let started = runtime.start_turn(&session.id, &new_id("sub"), &text).await?;
+    eprintln!("keel: session {} turn {}", session.id, started.turn_id);
+    let code = tokio::select! {
+        code = follow(&mut events, &started.turn_id) => code?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("\nkeel: interrupting the turn");
+            runtime.interrupt_turn(&session.id).await?;
+            ExitCode::from(130)
+        }
+    };
+    runtime.shutdown().await;
+    Ok(code)
+}
+
+/// Prints streamed text and tool activity until the turn finishes.
+async fn follow(events: &mut keel_runtime::EventStream, turn_id: &str) -> anyhow::Result<ExitCode> {
+    let mut stdout = std::io::stdout();
+    let mut streamed_since_item = false;
+    while let Some(message) = events.next().await? {
+        match message {
+            BusMessage::Delta { text, .. } => {
+                streamed_since_item = true;
+                let _ = stdout.write_all(text.as_bytes());
+                let _ = stdout.flush();
+            }
+            BusMessage::Event(event) => {
+                if event.data.get("turn_id").and_then(|t| t.as_str()) != Some(turn_id) {
+                    continue;
+                }
+                match event.kind.as_str() {
+                    k if k == EventKind::ItemAdded.as_str() => {
+                        let item = &event.data["item"];
+                        if item["type"] == "message" && item["role"] == "assistant" {
+                            if !streamed_since_item {
+                                let text: String = item["content"]
+                                    .as_array()
+                                    .map(|parts| parts.iter().filter_map(|p| p["text"].as_str()).collect())
+                                    .unwrap_or_default();
+                                let _ = stdout.write_all(text.as_bytes());
+                            }
+                            let _ = stdout.write_all(b"\n");
+                            let _ = stdout.flush();
+                        }
+                        streamed_since_item = false;
+                    }
+                    k if k == EventKind::ToolCallStarted.as_str() => {
+                        eprintln!("keel: -> {}({})", event.data["name"].as_str().unwrap_or("?"), event.data["arguments"].as_str().unwrap_or(""));
+                    }
+                    k if k == EventKind::TurnFinished.as_str() => {
+                        let status = event.data["status"].as_str().unwrap_or("unknown");
+                        if status == "completed" {
+                            return Ok(ExitCode::SUCCESS);
+                        }
+                        let message = event.data["error"]["message"].as_str().unwrap_or("no error recorded");
+                        eprintln!("keel: the turn ended {status}: {message}");
+                        return Ok(ExitCode::from(1));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    anyhow::bail!("the event stream ended before the turn finished")
+}

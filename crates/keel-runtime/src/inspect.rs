@@ -1,0 +1,66 @@
+//! Reading a state directory without owning it.
+//!
+//! `keel sessions`, `keel show` and `keel events` work beside a running
+//! `keel serve`: they open the database read-only, take no lock, and never
+//! run recovery.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use keel_protocol::rpc::SessionSnapshot;
+use keel_protocol::session::SessionInfo;
+use keel_protocol::Event;
+use keel_store::Store;
+use keel_store_sqlite::SqliteStore;
+
+use crate::error::{Result, RuntimeError};
+
+/// A read-only view of a state directory.
+#[derive(Clone)]
+pub struct Inspector {
+    store: Arc<dyn Store>,
+}
+
+impl Inspector {
+    pub fn open(state_dir: &Path) -> Result<Inspector> {
+        Ok(Inspector { store: Arc::new(SqliteStore::open_read_only(state_dir)?) })
+    }
+
+    pub async fn sessions(&self) -> Result<Vec<SessionInfo>> {
+        Ok(self.store.sessions().await?)
+    }
+
+    /// Finds a session by id or by name (the newest with that name).
+    pub async fn find(&self, id_or_name: &str) -> Result<SessionInfo> {
+        if let Some(info) = self.store.session(id_or_name.to_string()).await? {
+            return Ok(info);
+        }
+        let sessions = self.store.sessions().await?;
+        sessions
+            .into_iter()
+            .rev()
+            .find(|s| s.name == id_or_name)
+            .ok_or_else(|| RuntimeError::NotFound { what: "session", id: id_or_name.to_string() })
+    }
+
+    pub async fn snapshot(&self, session_id: &str) -> Result<SessionSnapshot> {
+        let info = self.find(session_id).await?;
+        let turn = match &info.current_turn_id {
+            Some(id) => self.store.turn(id.clone()).await?,
+            None => None,
+        };
+        Ok(SessionSnapshot {
+            history: self.store.history(info.id.clone(), 0).await?,
+            attempts: self.store.attempts(info.id.clone()).await?,
+            tool_calls: self.store.tool_calls(info.id.clone(), None).await?,
+            last_seq: self.store.last_seq(info.id.clone()).await?,
+            interactions: Vec::new(),
+            turn,
+            session: info,
+        })
+    }
+
+    pub async fn events(&self, session_id: &str, after_seq: u64, limit: u32) -> Result<Vec<Event>> {
+        Ok(self.store.events(session_id.to_string(), after_seq, limit).await?)
+    }
+}
