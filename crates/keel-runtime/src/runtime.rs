@@ -369,9 +369,21 @@ impl Runtime {
         Ok(TurnControlResponse { turn_id: turn.id, status: TurnStatus::Cancelled })
     }
 
+    /// The seq of the session's last committed event.
+    pub async fn snapshot_last_seq(&self, session_id: &str) -> Result<u64> {
+        self.slot(session_id)?;
+        Ok(self.store().last_seq(session_id.to_string()).await?)
+    }
+
     /// Subscribes to a session's events after `after_seq`.
-    pub fn subscribe(&self, session_id: &str, after_seq: u64) -> Result<EventStream> {
+    pub async fn subscribe(&self, session_id: &str, after_seq: u64) -> Result<EventStream> {
         let slot = self.slot(session_id)?;
+        let last = self.store().last_seq(session_id.to_string()).await?;
+        if after_seq > last {
+            return Err(RuntimeError::InvalidParams(format!(
+                "after_seq {after_seq} is past the session's last event {last}; pass the last seq you received, or 0"
+            )));
+        }
         let live = slot.subscribe();
         Ok(EventStream::new(self.inner.store.clone(), session_id.to_string(), after_seq, live))
     }

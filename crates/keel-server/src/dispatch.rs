@@ -78,7 +78,7 @@ pub(crate) async fn call(
         }
         "events/subscribe" => {
             let p: EventsSubscribeParams = params(raw)?;
-            let stream = runtime.subscribe(&p.session_id, p.after_seq).map_err(rt)?;
+            let stream = runtime.subscribe(&p.session_id, p.after_seq).await.map_err(rt)?;
             result(connection.add_subscription(p.session_id, stream))
         }
         "events/unsubscribe" => {

@@ -38,7 +38,8 @@ pub(crate) enum HttpError {
     HeadTooLarge,
     BodyTooLarge,
     UnsupportedTransferEncoding,
-    Io(io::Error),
+    /// The socket failed: the client is gone, so there is no one to answer.
+    Io,
 }
 
 impl HttpError {
@@ -51,14 +52,14 @@ impl HttpError {
             HttpError::UnsupportedTransferEncoding => {
                 Some((501, "only the chunked transfer-encoding is supported".to_owned()))
             }
-            HttpError::Io(_) => None,
+            HttpError::Io => None,
         }
     }
 }
 
 impl From<io::Error> for HttpError {
-    fn from(error: io::Error) -> Self {
-        HttpError::Io(error)
+    fn from(_: io::Error) -> Self {
+        HttpError::Io
     }
 }
 

@@ -48,7 +48,7 @@ pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
             compaction: CompactionSettings::default(),
         })
         .await?;
-    let mut events = runtime.subscribe(&session.id, 0)?;
+    let mut events = runtime.subscribe(&session.id, 0).await?;
     let started = runtime.start_turn(&session.id, &new_id("sub"), &text).await?;
     eprintln!("keel: session {} turn {}", session.id, started.turn_id);
     let code = tokio::select! {

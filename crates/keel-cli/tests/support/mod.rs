@@ -66,6 +66,16 @@ impl Keel {
         Client::connect(&self.url, &self.token()?).await
     }
 
+    /// SIGTERM: keel shuts down gracefully.
+    pub fn terminate(&self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait(mut self) {
+        let _ = self.child.wait();
+    }
+
     /// SIGKILL: no shutdown code runs.
     pub fn kill(mut self) {
         let _ = self.child.kill();

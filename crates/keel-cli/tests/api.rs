@@ -1,0 +1,269 @@
+//! End-to-end tests of the JSON-RPC API: the real `keel serve` binary, a
+//! real WebSocket connection, and a local server speaking the OpenAI Chat
+//! Completions streaming format.
+
+mod support;
+
+use std::time::Duration;
+
+use keel_testkit::{MockServer, Reply};
+use serde_json::{json, Value};
+use support::Keel;
+
+fn workspace(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    let ws = dir.path().join("workspace");
+    std::fs::create_dir_all(&ws).unwrap();
+    ws
+}
+
+#[tokio::test]
+async fn a_turn_writes_a_file_then_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(&dir);
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::tool_call("call_1", "write_file", r#"{"path":"notes/hello.txt","content":"Hello, keel"}"#));
+    mock.push(Reply::text("I wrote notes/hello.txt."));
+    let keel = Keel::start(&dir.path().join("state"), &mock.base_url()).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let session = client.create_session(&ws).await.unwrap();
+    client.ok("events/subscribe", json!({"session_id": session})).await.unwrap();
+    let started = client
+        .ok("turn/start", json!({"session_id": session, "submission_id": "s1", "text": "Write a greeting"}))
+        .await
+        .unwrap();
+    assert_eq!(started["duplicate"], false);
+    let events = client.events_until("turn_finished").await.unwrap();
+    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "session_created", "turn_started", "item_added",
+            "model_attempt_started", "model_attempt_finished", "item_added",
+            "tool_call_started", "tool_call_finished", "item_added",
+            "model_attempt_started", "model_attempt_finished", "item_added",
+            "turn_finished"
+        ]
+    );
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    assert_eq!(std::fs::read_to_string(ws.join("notes/hello.txt")).unwrap(), "Hello, keel");
+
+    let snapshot = client.ok("session/get", json!({"session_id": session})).await.unwrap();
+    assert_eq!(snapshot["turn"]["status"], "completed");
+    assert_eq!(snapshot["turn"]["steps"], 2);
+    let history = snapshot["history"].as_array().unwrap();
+    let types: Vec<&str> = history.iter().map(|i| i["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["message", "function_call", "function_call_output", "message"]);
+    assert_eq!(history[3]["content"][0]["text"], "I wrote notes/hello.txt.");
+    assert_eq!(snapshot["attempts"].as_array().unwrap().len(), 2);
+    assert_eq!(snapshot["tool_calls"][0]["status"], "completed");
+    assert!(snapshot["session"]["usage"]["input_tokens"].as_u64().unwrap() > 0);
+
+    // What keel sent: the second request carries the tool result.
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    let messages = requests[1].json.clone().unwrap()["messages"].as_array().unwrap().clone();
+    assert_eq!(messages[0]["role"], "system");
+    assert_eq!(messages[2]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(messages[3]["role"], "tool");
+    assert_eq!(messages[3]["tool_call_id"], "call_1");
+    assert_eq!(requests[0].header("authorization"), Some("Bearer sk-test-key"));
+}
+
+#[tokio::test]
+async fn a_duplicate_submission_returns_the_original_turn_and_starts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(&dir);
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::text("first"));
+    let keel = Keel::start(&dir.path().join("state"), &mock.base_url()).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let session = client.create_session(&ws).await.unwrap();
+    client.ok("events/subscribe", json!({"session_id": session})).await.unwrap();
+    let params = json!({"session_id": session, "submission_id": "same", "text": "hi"});
+    let first = client.ok("turn/start", params.clone()).await.unwrap();
+    client.events_until("turn_finished").await.unwrap();
+    let again = client.ok("turn/start", params).await.unwrap();
+    assert_eq!(again["duplicate"], true);
+    assert_eq!(again["turn_id"], first["turn_id"]);
+    let snapshot = client.ok("session/get", json!({"session_id": session})).await.unwrap();
+    assert_eq!(snapshot["history"].as_array().unwrap().len(), 2);
+    assert_eq!(mock.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn a_submission_while_a_turn_runs_is_refused_retryably_and_not_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(&dir);
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::text("slow answer").delay_first_byte(Duration::from_secs(60)));
+    let keel = Keel::start(&dir.path().join("state"), &mock.base_url()).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let session = client.create_session(&ws).await.unwrap();
+    client.ok("events/subscribe", json!({"session_id": session})).await.unwrap();
+    client.ok("turn/start", json!({"session_id": session, "submission_id": "a", "text": "one"})).await.unwrap();
+    client.events_until("model_attempt_started").await.unwrap();
+    let refused = client
+        .call("turn/start", json!({"session_id": session, "submission_id": "b", "text": "two"}))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(refused.code, -32002);
+    assert_eq!(refused.data["retryable"], true);
+    assert!(refused.message.contains("wait for it to finish"), "{}", refused.message);
+
+    // Interrupting cancels at once, without waiting for the slow provider.
+    let stopped = client.ok("turn/interrupt", json!({"session_id": session})).await.unwrap();
+    assert_eq!(stopped["status"], "cancelled");
+    let snapshot = client.ok("session/get", json!({"session_id": session})).await.unwrap();
+    assert_eq!(snapshot["attempts"][0]["status"], "abandoned");
+    assert_eq!(snapshot["history"].as_array().unwrap().len(), 1, "the refused submission left nothing");
+    // `b` was never recorded, so it is accepted now as a new turn.
+    mock.push(Reply::text("two done"));
+    let second = client.ok("turn/start", json!({"session_id": session, "submission_id": "b", "text": "two"})).await.unwrap();
+    assert_eq!(second["duplicate"], false);
+    client.events_until("turn_finished").await.unwrap();
+    client.events_until("turn_finished").await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_event_insert_rolls_back_the_whole_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(&dir);
+    let state = dir.path().join("state");
+    let mock = MockServer::start().await.unwrap();
+    let keel = Keel::start(&state, &mock.base_url()).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let session = client.create_session(&ws).await.unwrap();
+    let db = rusqlite::Connection::open(state.join("runtime.sqlite3")).unwrap();
+    db.execute_batch(
+        "CREATE TRIGGER fail_start BEFORE INSERT ON events WHEN NEW.kind='turn_started' BEGIN SELECT RAISE(ABORT,'x'); END;",
+    )
+    .unwrap();
+    let before = client.ok("session/get", json!({"session_id": session})).await.unwrap();
+    let failure = client
+        .call("turn/start", json!({"session_id": session, "submission_id": "s1", "text": "hello"}))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(failure.code, -32005);
+    assert!(!failure.message.contains("RAISE"), "internals stay in the log: {}", failure.message);
+    let after = client.ok("session/get", json!({"session_id": session})).await.unwrap();
+    assert_eq!(after, before, "what keel serves did not change");
+    let on_disk = |sql: &str| db.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+    assert_eq!(on_disk("SELECT COUNT(*) FROM submissions"), 0);
+    assert_eq!(on_disk("SELECT COUNT(*) FROM turns"), 0);
+    assert_eq!(on_disk("SELECT COUNT(*) FROM history"), 0);
+    assert_eq!(on_disk("SELECT MAX(seq) FROM events"), 1);
+    assert_eq!(on_disk("SELECT history_len FROM sessions"), 0);
+    db.execute_batch("DROP TRIGGER fail_start").unwrap();
+    mock.push(Reply::text("ok"));
+    client.ok("events/subscribe", json!({"session_id": session})).await.unwrap();
+    let started = client
+        .ok("turn/start", json!({"session_id": session, "submission_id": "s1", "text": "hello"}))
+        .await
+        .unwrap();
+    assert_eq!(started["duplicate"], false, "the refused submission was never recorded");
+    let events = client.events_until("turn_finished").await.unwrap();
+    assert_eq!(events[1]["seq"], 2, "no seq was burnt by the rolled-back change");
+}
+
+#[tokio::test]
+async fn malformed_requests_get_standard_errors_and_the_connection_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockServer::start().await.unwrap();
+    let keel = Keel::start(&dir.path().join("state"), &mock.base_url()).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let cases: Vec<(&str, i64)> = vec![
+        ("{not json", -32700),
+        ("[]", -32600),
+        ("42", -32600),
+        (r#"{"jsonrpc":"1.0","id":1,"method":"session/list"}"#, -32600),
+        (r#"{"jsonrpc":"2.0","id":{"x":1},"method":"session/list"}"#, -32600),
+        (r#"{"jsonrpc":"2.0","id":2,"method":"no/such"}"#, -32601),
+        (r#"{"jsonrpc":"2.0","id":3,"method":"turn/start","params":{"session_id":"x"}}"#, -32602),
+        (r#"{"jsonrpc":"2.0","id":4,"method":"session/get","params":{"session_id":"x","extra":1}}"#, -32602),
+        (r#"{"jsonrpc":"2.0","id":5,"method":"session/get","params":{"session_id":"ses_missing"}}"#, -32001),
+        (r#"{"jsonrpc":"2.0","id":6,"method":"session/create","params":{"name":"n","coworker":"nobody","workspace":"/tmp"}}"#, -32602),
+    ];
+    for (text, code) in cases {
+        client.send_text(text).await.unwrap();
+        let response = client.recv_response().await.unwrap();
+        assert_eq!(response["error"]["code"], code, "{text} -> {response}");
+        assert!(response["error"]["message"].as_str().unwrap().len() > 5);
+    }
+    // A notification gets no response; a batch gets one per request.
+    client.send_text(r#"{"jsonrpc":"2.0","method":"session/list"}"#).await.unwrap();
+    client
+        .send_text(r#"[{"jsonrpc":"2.0","id":"a","method":"session/list"},{"jsonrpc":"2.0","method":"session/list"},{"jsonrpc":"2.0","id":"b","method":"bad"}]"#)
+        .await
+        .unwrap();
+    let batch = client.recv_response().await.unwrap();
+    let batch = batch.as_array().unwrap();
+    assert_eq!(batch.len(), 2);
+    assert_eq!(batch[0]["id"], "a");
+    assert!(batch[0]["result"]["sessions"].is_array());
+    assert_eq!(batch[1]["error"]["code"], -32601);
+    assert!(client.ok("session/list", json!({})).await.unwrap()["sessions"].is_array());
+}
+
+#[tokio::test]
+async fn the_websocket_refuses_clients_without_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockServer::start().await.unwrap();
+    let keel = Keel::start(&dir.path().join("state"), &mock.base_url()).unwrap();
+    let wrong = support::Client::connect(&keel.url, "wrong-token").await;
+    let message = format!("{:#}", wrong.err().expect("refused"));
+    assert!(message.contains("401"), "{message}");
+    let mode = std::fs::metadata(dir.path().join("state/token")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(mode.permissions().mode() & 0o777, 0o600);
+}
+
+#[tokio::test]
+async fn a_reconnecting_subscriber_misses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(&dir);
+    let mock = MockServer::start().await.unwrap();
+    let keel = Keel::start(&dir.path().join("state"), &mock.base_url()).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let session = client.create_session(&ws).await.unwrap();
+    client.ok("events/subscribe", json!({"session_id": session, "after_seq": 0})).await.unwrap();
+    mock.push(Reply::text("one"));
+    client.ok("turn/start", json!({"session_id": session, "submission_id": "1", "text": "one"})).await.unwrap();
+    let first = client.events_until("turn_finished").await.unwrap();
+    let last_seen = first.last().unwrap()["seq"].as_u64().unwrap();
+    drop(client);
+
+    // While nobody listens, two more turns run.
+    let mut other = keel.client().await.unwrap();
+    other.ok("events/subscribe", json!({"session_id": session, "after_seq": last_seen})).await.unwrap();
+    for n in 2..=3 {
+        mock.push(Reply::tool_call(&format!("c{n}"), "list_dir", r#"{"path":"."}"#));
+        mock.push(Reply::text("done"));
+        other
+            .ok("turn/start", json!({"session_id": session, "submission_id": n.to_string(), "text": "go"}))
+            .await
+            .unwrap();
+        other.events_until("turn_finished").await.unwrap();
+    }
+    let mut client = keel.client().await.unwrap();
+    client.ok("events/subscribe", json!({"session_id": session, "after_seq": last_seen})).await.unwrap();
+    let mut rest = client.events_until("turn_finished").await.unwrap();
+    rest.extend(client.events_until("turn_finished").await.unwrap());
+    let seqs: Vec<u64> = rest.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    let expected: Vec<u64> = (last_seen + 1..=last_seen + seqs.len() as u64).collect();
+    assert_eq!(seqs, expected, "contiguous, no duplicates");
+    let db = rusqlite::Connection::open(dir.path().join("state/runtime.sqlite3")).unwrap();
+    let max: i64 = db.query_row("SELECT MAX(seq) FROM events", [], |r| r.get(0)).unwrap();
+    assert_eq!(*seqs.last().unwrap(), max as u64, "everything in the journal arrived");
+    let all: Vec<Value> = first.into_iter().chain(rest).collect();
+    assert_eq!(all.iter().filter(|e| e["kind"] == "turn_finished").count(), 3);
+    let ahead = client
+        .call("events/subscribe", json!({"session_id": session, "after_seq": max + 5}))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(ahead.code, -32602);
+}
