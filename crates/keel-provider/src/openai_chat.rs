@@ -2,9 +2,9 @@
 //! streamed), which also speaks to the many servers that copy that API:
 //! Ollama, vLLM, llama.cpp, LM Studio, OpenRouter.
 //!
-//! This file is the HTTP driver: it sends the body built by [`request`],
-//! feeds the response bytes through the [`SseParser`] into the
-//! [`ResponseAssembler`](response::ResponseAssembler), and turns every way
+//! This file is the HTTP driver: it sends the body built by
+//! [`request_body`], feeds the response bytes through the [`SseParser`] into
+//! the response assembler (`openai_chat/response.rs`), and turns every way
 //! the exchange can fail into a [`ProviderError`]. One `reqwest::Client` per
 //! provider keeps connections pooled, and a stream is read to its end after
 //! `[DONE]` so its connection goes back to the pool.
@@ -23,7 +23,10 @@ use response::{Progress, ResponseAssembler};
 use crate::failure::{classify_http_error, excerpt};
 use crate::retry_after::retry_delay;
 use crate::sse::SseParser;
-use crate::{BoxFuture, ConfigError, DeltaSink, FailureKind, ModelProvider, ModelRequest, ModelResponse, ProviderError};
+use crate::{
+    BoxFuture, ConfigError, DeltaSink, FailureKind, ModelProvider, ModelRequest, ModelResponse,
+    ProviderError,
+};
 
 mod config;
 pub use config::{DEFAULT_BASE_URL, OpenAiChatConfig};
@@ -41,6 +44,7 @@ pub struct OpenAiChat {
     client: reqwest::Client,
     endpoint: reqwest::Url,
     authorization: Option<HeaderValue>,
+    max_tokens_field: MaxTokensField,
     config: OpenAiChatConfig,
 }
 
@@ -51,8 +55,8 @@ impl OpenAiChat {
         let endpoint = config::endpoint(&config.base_url)?;
         let authorization = match config.api_key.as_deref().map(str::trim) {
             Some(key) if !key.is_empty() => {
-                let mut value =
-                    HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| ConfigError::InvalidApiKey)?;
+                let mut value = HeaderValue::from_str(&format!("Bearer {key}"))
+                    .map_err(|_| ConfigError::InvalidApiKey)?;
                 value.set_sensitive(true);
                 Some(value)
             }
@@ -65,7 +69,13 @@ impl OpenAiChat {
             .user_agent(concat!("keel/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|error| ConfigError::HttpClient(error_chain(&error)))?;
-        Ok(OpenAiChat { client, endpoint, authorization, config })
+        Ok(OpenAiChat {
+            client,
+            max_tokens_field: config::max_tokens_field(&config, &endpoint),
+            endpoint,
+            authorization,
+            config,
+        })
     }
 
     /// The URL requests go to.
@@ -73,8 +83,12 @@ impl OpenAiChat {
         self.endpoint.as_str()
     }
 
-    async fn run(&self, request: &ModelRequest, on_delta: DeltaSink<'_>) -> Result<ModelResponse, ProviderError> {
-        let body = request_body(request, self.config.max_tokens_field).to_string();
+    async fn run(
+        &self,
+        request: &ModelRequest,
+        on_delta: DeltaSink<'_>,
+    ) -> Result<ModelResponse, ProviderError> {
+        let body = request_body(request, self.max_tokens_field).to_string();
         let mut builder = self
             .client
             .post(self.endpoint.clone())
@@ -86,19 +100,21 @@ impl OpenAiChat {
         }
         let mut response = match timeout(self.config.request_timeout, builder.send()).await {
             Ok(Ok(response)) => response,
-            Ok(Err(error)) => return Err(self.send_failure(&error)),
+            Ok(Err(error)) => return Err(self.send_failure(error)),
             Err(_) => {
                 return Err(transport(format!(
-                    "{} sent no response within {}s; retry the request, or raise request_timeout if the server is slow to start answering",
-                    self.endpoint,
-                    self.config.request_timeout.as_secs()
+                    "{} sent no response within {:?}; retry the request, or raise request_timeout if the server is slow to start answering",
+                    self.endpoint, self.config.request_timeout
                 )));
             }
         };
         let status = response.status().as_u16();
         if !response.status().is_success() {
             let retry_after = retry_hint(response.headers());
-            let body = self.read_body(&mut response, MAX_ERROR_BODY).await.unwrap_or_else(|(partial, _)| partial);
+            let body = self
+                .read_body(&mut response, MAX_ERROR_BODY)
+                .await
+                .unwrap_or_else(|(partial, _)| partial);
             return Err(classify_http_error(status, retry_after, &body));
         }
         let is_json = response
@@ -108,8 +124,13 @@ impl OpenAiChat {
             .is_some_and(|value| value.trim_start().starts_with("application/json"));
         let mut assembler = ResponseAssembler::default();
         let result = if is_json {
-            match self.read_body(&mut response, crate::sse::DEFAULT_MAX_LINE_LEN).await {
-                Ok(body) => assembler.on_completion(&body, on_delta).and_then(|()| assembler.finish()),
+            match self
+                .read_body(&mut response, crate::sse::DEFAULT_MAX_LINE_LEN)
+                .await
+            {
+                Ok(body) => assembler
+                    .on_completion(&body, on_delta)
+                    .and_then(|()| assembler.finish()),
                 Err((_, error)) => Err(error),
             }
         } else {
@@ -135,13 +156,17 @@ impl OpenAiChat {
             if events_seen == 0 && head.len() < HEAD_KEPT {
                 head.extend_from_slice(&chunk[..chunk.len().min(HEAD_KEPT - head.len())]);
             }
-            let events =
-                parser.feed(&chunk).map_err(|error| transport(format!("the provider's event stream is broken: {error}")))?;
+            let events = parser.feed(&chunk).map_err(|error| {
+                transport(format!("the provider's event stream is broken: {error}"))
+            })?;
             for event in &events {
                 events_seen += 1;
                 if assembler.on_event(event, on_delta)? == Progress::Done {
                     // Reading to the end returns the connection to the pool.
-                    let _ = timeout(DRAIN_TIMEOUT, async { while let Ok(Some(_)) = response.chunk().await {} }).await;
+                    let _ = timeout(DRAIN_TIMEOUT, async {
+                        while let Ok(Some(_)) = response.chunk().await {}
+                    })
+                    .await;
                     return assembler.finish();
                 }
             }
@@ -158,7 +183,10 @@ impl OpenAiChat {
     }
 
     /// The next body chunk, or `None` at a clean end of the body.
-    async fn next_chunk(&self, response: &mut reqwest::Response) -> Result<Option<bytes::Bytes>, ProviderError> {
+    async fn next_chunk(
+        &self,
+        response: &mut reqwest::Response,
+    ) -> Result<Option<bytes::Bytes>, ProviderError> {
         let idle = self.config.stream_idle_timeout;
         match timeout(idle, response.chunk()).await {
             Ok(Ok(chunk)) => Ok(chunk),
@@ -167,8 +195,7 @@ impl OpenAiChat {
                 error_chain(&error)
             ))),
             Err(_) => Err(transport(format!(
-                "the provider sent nothing for {}s in the middle of the response; retry the request, or raise stream_idle_timeout for slow models",
-                idle.as_secs()
+                "the provider sent nothing for {idle:?} in the middle of the response; retry the request, or raise stream_idle_timeout for slow models"
             ))),
         }
     }
@@ -184,8 +211,9 @@ impl OpenAiChat {
         loop {
             match self.next_chunk(response).await {
                 Ok(Some(chunk)) if body.len() + chunk.len() > limit => {
-                    let error =
-                        transport(format!("the provider's response is larger than {limit} bytes; check the base URL"));
+                    let error = transport(format!(
+                        "the provider's response is larger than {limit} bytes; check the base URL"
+                    ));
                     return Err((body, error));
                 }
                 Ok(Some(chunk)) => body.extend_from_slice(&chunk),
@@ -195,28 +223,37 @@ impl OpenAiChat {
         }
     }
 
-    fn send_failure(&self, error: &reqwest::Error) -> ProviderError {
-        let chain = error_chain(error);
-        let message = if error.is_timeout() {
+    fn send_failure(&self, error: reqwest::Error) -> ProviderError {
+        let (timed_out, connect) = (error.is_timeout(), error.is_connect());
+        // The message names the endpoint once; reqwest would repeat it.
+        let chain = error_chain(&error.without_url());
+        let message = if timed_out {
             format!(
-                "connecting to {} timed out after {}s ({chain}); check that the server is reachable, or raise connect_timeout",
-                self.endpoint,
-                self.config.connect_timeout.as_secs()
+                "connecting to {} timed out after {:?} ({chain}); check that the server is reachable, or raise connect_timeout",
+                self.endpoint, self.config.connect_timeout
             )
-        } else if error.is_connect() {
+        } else if connect {
             format!(
                 "could not connect to {}: {chain}; check that the server is running and the base URL is right, then retry",
                 self.endpoint
             )
         } else {
-            format!("the request to {} failed: {chain}; retry the request", self.endpoint)
+            format!(
+                "the request to {} failed: {chain}; retry the request",
+                self.endpoint
+            )
         };
         transport(message)
     }
 
     /// Removes the API key from a message, in case a server echoed it.
     fn redact(&self, mut error: ProviderError) -> ProviderError {
-        if let Some(key) = self.config.api_key.as_deref().map(str::trim).filter(|key| !key.is_empty())
+        if let Some(key) = self
+            .config
+            .api_key
+            .as_deref()
+            .map(str::trim)
+            .filter(|key| !key.is_empty())
             && error.message.contains(key)
         {
             error.message = error.message.replace(key, "[redacted]");
@@ -250,7 +287,11 @@ fn transport(message: String) -> ProviderError {
 
 fn retry_hint(headers: &HeaderMap) -> Option<Duration> {
     let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
-    retry_delay(header("retry-after-ms"), header("retry-after"), SystemTime::now())
+    retry_delay(
+        header("retry-after-ms"),
+        header("retry-after"),
+        SystemTime::now(),
+    )
 }
 
 /// An error and its sources, `: `-separated, without repeats (reqwest and

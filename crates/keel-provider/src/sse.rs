@@ -30,7 +30,7 @@ pub struct SseEvent {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SseError {
     #[error(
-        "the event stream sent a line or event longer than {limit} bytes; the server is misbehaving or the limit is too low"
+        "the event stream sent a line or event longer than {limit} bytes; check that the base URL points at a server that streams server-sent events"
     )]
     TooLong { limit: usize },
 }
@@ -111,7 +111,7 @@ impl SseParser {
             self.feed_lines(&rest, &mut events)?;
             return Ok(events);
         }
-        if self.after_cr {
+        if self.after_cr && !chunk.is_empty() {
             self.after_cr = false;
             if let Some(rest) = chunk.strip_prefix(b"\n") {
                 chunk = rest;
@@ -154,7 +154,9 @@ impl SseParser {
 
     fn check_len(&self, len: usize) -> Result<(), SseError> {
         if len > self.max_line_len {
-            return Err(SseError::TooLong { limit: self.max_line_len });
+            return Err(SseError::TooLong {
+                limit: self.max_line_len,
+            });
         }
         Ok(())
     }

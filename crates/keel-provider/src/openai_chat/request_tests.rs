@@ -6,11 +6,18 @@ use serde_json::json;
 use super::*;
 
 fn call(id: &str, name: &str) -> Item {
-    Item::FunctionCall { call_id: id.into(), name: name.into(), arguments: format!(r#"{{"id":"{id}"}}"#) }
+    Item::FunctionCall {
+        call_id: id.into(),
+        name: name.into(),
+        arguments: format!(r#"{{"id":"{id}"}}"#),
+    }
 }
 
 fn output(id: &str) -> Item {
-    Item::FunctionCallOutput { call_id: id.into(), output: format!("result {id}") }
+    Item::FunctionCallOutput {
+        call_id: id.into(),
+        output: format!("result {id}"),
+    }
 }
 
 fn wire_call(id: &str, name: &str) -> Value {
@@ -19,11 +26,17 @@ fn wire_call(id: &str, name: &str) -> Value {
 
 #[test]
 fn instructions_become_a_leading_system_message() {
-    assert_eq!(to_chat_messages("Be brief", &[Item::user_text("hi")]), vec![
-        json!({"role": "system", "content": "Be brief"}),
-        json!({"role": "user", "content": "hi"}),
-    ]);
-    assert_eq!(to_chat_messages("", &[Item::user_text("hi")]), vec![json!({"role": "user", "content": "hi"})]);
+    assert_eq!(
+        to_chat_messages("Be brief", &[Item::user_text("hi")]),
+        vec![
+            json!({"role": "system", "content": "Be brief"}),
+            json!({"role": "user", "content": "hi"}),
+        ]
+    );
+    assert_eq!(
+        to_chat_messages("", &[Item::user_text("hi")]),
+        vec![json!({"role": "user", "content": "hi"})]
+    );
 }
 
 #[test]
@@ -32,7 +45,9 @@ fn message_parts_are_concatenated_and_roles_mapped() {
         Item::Message {
             role: Role::User,
             content: vec![
-                ContentPart::InputText { text: "one ".into() },
+                ContentPart::InputText {
+                    text: "one ".into(),
+                },
                 ContentPart::InputText { text: "two".into() },
             ],
             runtime_notice: None,
@@ -49,23 +64,35 @@ fn message_parts_are_concatenated_and_roles_mapped() {
         },
         Item::assistant_text("answer"),
     ];
-    assert_eq!(to_chat_messages("", &items), vec![
-        json!({"role": "user", "content": "one two"}),
-        json!({"role": "system", "content": "dev"}),
-        json!({"role": "system", "content": "sys"}),
-        json!({"role": "assistant", "content": "answer"}),
-    ]);
+    assert_eq!(
+        to_chat_messages("", &items),
+        vec![
+            json!({"role": "user", "content": "one two"}),
+            json!({"role": "system", "content": "dev"}),
+            json!({"role": "system", "content": "sys"}),
+            json!({"role": "assistant", "content": "answer"}),
+        ]
+    );
 }
 
 #[test]
 fn consecutive_calls_form_one_assistant_message_and_outputs_become_tool_messages() {
-    let items = [Item::user_text("go"), call("c1", "read"), call("c2", "write"), output("c1"), output("c2")];
-    assert_eq!(to_chat_messages("", &items), vec![
-        json!({"role": "user", "content": "go"}),
-        json!({"role": "assistant", "content": null, "tool_calls": [wire_call("c1", "read"), wire_call("c2", "write")]}),
-        json!({"role": "tool", "tool_call_id": "c1", "content": "result c1"}),
-        json!({"role": "tool", "tool_call_id": "c2", "content": "result c2"}),
-    ]);
+    let items = [
+        Item::user_text("go"),
+        call("c1", "read"),
+        call("c2", "write"),
+        output("c1"),
+        output("c2"),
+    ];
+    assert_eq!(
+        to_chat_messages("", &items),
+        vec![
+            json!({"role": "user", "content": "go"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [wire_call("c1", "read"), wire_call("c2", "write")]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "result c1"}),
+            json!({"role": "tool", "tool_call_id": "c2", "content": "result c2"}),
+        ]
+    );
 }
 
 #[test]
@@ -82,25 +109,31 @@ fn calls_merge_into_the_assistant_text_right_before_them() {
         output("c3"),
         Item::assistant_text("Done."),
     ];
-    assert_eq!(to_chat_messages("", &items), vec![
-        json!({"role": "user", "content": "go"}),
-        json!({"role": "assistant", "content": "Let me look.", "tool_calls": [wire_call("c1", "read"), wire_call("c2", "read")]}),
-        json!({"role": "tool", "tool_call_id": "c1", "content": "result c1"}),
-        json!({"role": "tool", "tool_call_id": "c2", "content": "result c2"}),
-        json!({"role": "assistant", "content": "Now writing.", "tool_calls": [wire_call("c3", "write")]}),
-        json!({"role": "tool", "tool_call_id": "c3", "content": "result c3"}),
-        json!({"role": "assistant", "content": "Done."}),
-    ]);
+    assert_eq!(
+        to_chat_messages("", &items),
+        vec![
+            json!({"role": "user", "content": "go"}),
+            json!({"role": "assistant", "content": "Let me look.", "tool_calls": [wire_call("c1", "read"), wire_call("c2", "read")]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "result c1"}),
+            json!({"role": "tool", "tool_call_id": "c2", "content": "result c2"}),
+            json!({"role": "assistant", "content": "Now writing.", "tool_calls": [wire_call("c3", "write")]}),
+            json!({"role": "tool", "tool_call_id": "c3", "content": "result c3"}),
+            json!({"role": "assistant", "content": "Done."}),
+        ]
+    );
 }
 
 #[test]
 fn calls_after_a_user_message_or_a_tool_output_start_a_new_assistant_message() {
     let items = [call("c1", "a"), output("c1"), call("c2", "b")];
-    assert_eq!(to_chat_messages("", &items), vec![
-        json!({"role": "assistant", "content": null, "tool_calls": [wire_call("c1", "a")]}),
-        json!({"role": "tool", "tool_call_id": "c1", "content": "result c1"}),
-        json!({"role": "assistant", "content": null, "tool_calls": [wire_call("c2", "b")]}),
-    ]);
+    assert_eq!(
+        to_chat_messages("", &items),
+        vec![
+            json!({"role": "assistant", "content": null, "tool_calls": [wire_call("c1", "a")]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "result c1"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [wire_call("c2", "b")]}),
+        ]
+    );
 }
 
 #[test]
@@ -127,7 +160,11 @@ fn the_body_streams_with_usage_and_lists_tools() {
             "max_tokens": 256,
         })
     );
-    let bare = ModelRequest { tools: vec![], max_output_tokens: None, ..request.clone() };
+    let bare = ModelRequest {
+        tools: vec![],
+        max_output_tokens: None,
+        ..request.clone()
+    };
     let body = request_body(&bare, MaxTokensField::MaxTokens);
     assert_eq!(body.get("tools"), None);
     assert_eq!(body.get("max_tokens"), None);
