@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use keel_protocol::ids::new_id;
 use keel_protocol::CompactionSettings;
+use keel_protocol::ids::new_id;
 use keel_provider::{OpenAiChat, OpenAiChatConfig};
 use keel_runtime::{BusMessage, NewSession, ProviderSet, Runtime, RuntimeConfig};
-use keel_testkit::{responders, MockServer};
+use keel_testkit::{MockServer, responders};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -117,7 +117,12 @@ async fn drive(runtime: &Runtime, sessions: &[String], turns: usize) -> Result<(
                 loop {
                     match events.next().await? {
                         Some(BusMessage::Event(e)) if e.kind == "turn_finished" => {
-                            anyhow::ensure!(e.data["status"] == "completed", "turn {} ended {}", started.turn_id, e.data);
+                            anyhow::ensure!(
+                                e.data["status"] == "completed",
+                                "turn {} ended {}",
+                                started.turn_id,
+                                e.data
+                            );
                             break;
                         }
                         Some(_) => {}
@@ -163,10 +168,8 @@ async fn turns_bench(sessions: usize, turns: usize) -> Result<()> {
     let elapsed = clock.elapsed();
     let events = total_events(&runtime, &ids).await? - events_before;
     let timings = runtime.metrics().take_timings();
-    let mut overhead: Vec<f64> = timings
-        .iter()
-        .map(|t| t.wall.saturating_sub(t.provider).as_secs_f64() * 1000.0 / 2.0)
-        .collect();
+    let mut overhead: Vec<f64> =
+        timings.iter().map(|t| t.wall.saturating_sub(t.provider).as_secs_f64() * 1000.0 / 2.0).collect();
     overhead.sort_by(|a, b| a.total_cmp(b));
     let done = sessions * turns;
     let report = json!({

@@ -69,9 +69,10 @@ fn main() -> ExitCode {
 }
 
 fn init_logging(verbose: bool) {
-    let level = std::env::var("KEEL_LOG")
-        .ok()
-        .and_then(|l| l.parse::<tracing::Level>().ok())
-        .unwrap_or(if verbose { tracing::Level::INFO } else { tracing::Level::WARN });
+    let level = std::env::var("KEEL_LOG").ok().and_then(|l| l.parse::<tracing::Level>().ok()).unwrap_or(if verbose {
+        tracing::Level::INFO
+    } else {
+        tracing::Level::WARN
+    });
     tracing_subscriber::fmt().with_writer(std::io::stderr).with_max_level(level).with_target(false).init();
 }

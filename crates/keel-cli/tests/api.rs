@@ -2,12 +2,14 @@
 //! real WebSocket connection, and a local server speaking the OpenAI Chat
 //! Completions streaming format.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::time::Duration;
 
 use keel_testkit::{MockServer, Reply};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use support::Keel;
 
 fn workspace(dir: &tempfile::TempDir) -> std::path::PathBuf {
@@ -38,10 +40,18 @@ async fn a_turn_writes_a_file_then_answers() {
     assert_eq!(
         kinds,
         [
-            "session_created", "turn_started", "item_added",
-            "model_attempt_started", "model_attempt_finished", "item_added",
-            "tool_call_started", "tool_call_finished", "item_added",
-            "model_attempt_started", "model_attempt_finished", "item_added",
+            "session_created",
+            "turn_started",
+            "item_added",
+            "model_attempt_started",
+            "model_attempt_finished",
+            "item_added",
+            "tool_call_started",
+            "tool_call_finished",
+            "item_added",
+            "model_attempt_started",
+            "model_attempt_finished",
+            "item_added",
             "turn_finished"
         ]
     );
@@ -121,7 +131,8 @@ async fn a_submission_while_a_turn_runs_is_refused_retryably_and_not_recorded() 
     assert_eq!(snapshot["history"].as_array().unwrap().len(), 1, "the refused submission left nothing");
     // `b` was never recorded, so it is accepted now as a new turn.
     mock.push(Reply::text("two done"));
-    let second = client.ok("turn/start", json!({"session_id": session, "submission_id": "b", "text": "two"})).await.unwrap();
+    let second =
+        client.ok("turn/start", json!({"session_id": session, "submission_id": "b", "text": "two"})).await.unwrap();
     assert_eq!(second["duplicate"], false);
     client.events_until("turn_finished").await.unwrap();
     client.events_until("turn_finished").await.unwrap();
@@ -160,10 +171,8 @@ async fn a_failed_event_insert_rolls_back_the_whole_change() {
     db.execute_batch("DROP TRIGGER fail_start").unwrap();
     mock.push(Reply::text("ok"));
     client.ok("events/subscribe", json!({"session_id": session})).await.unwrap();
-    let started = client
-        .ok("turn/start", json!({"session_id": session, "submission_id": "s1", "text": "hello"}))
-        .await
-        .unwrap();
+    let started =
+        client.ok("turn/start", json!({"session_id": session, "submission_id": "s1", "text": "hello"})).await.unwrap();
     assert_eq!(started["duplicate"], false, "the refused submission was never recorded");
     let events = client.events_until("turn_finished").await.unwrap();
     assert_eq!(events[1]["seq"], 2, "no seq was burnt by the rolled-back change");
@@ -185,7 +194,10 @@ async fn malformed_requests_get_standard_errors_and_the_connection_survives() {
         (r#"{"jsonrpc":"2.0","id":3,"method":"turn/start","params":{"session_id":"x"}}"#, -32602),
         (r#"{"jsonrpc":"2.0","id":4,"method":"session/get","params":{"session_id":"x","extra":1}}"#, -32602),
         (r#"{"jsonrpc":"2.0","id":5,"method":"session/get","params":{"session_id":"ses_missing"}}"#, -32001),
-        (r#"{"jsonrpc":"2.0","id":6,"method":"session/create","params":{"name":"n","coworker":"nobody","workspace":"/tmp"}}"#, -32602),
+        (
+            r#"{"jsonrpc":"2.0","id":6,"method":"session/create","params":{"name":"n","coworker":"nobody","workspace":"/tmp"}}"#,
+            -32602,
+        ),
     ];
     for (text, code) in cases {
         client.send_text(text).await.unwrap();
@@ -240,7 +252,7 @@ async fn a_reconnecting_subscriber_misses_nothing() {
     let mut other = keel.client().await.unwrap();
     other.ok("events/subscribe", json!({"session_id": session, "after_seq": last_seen})).await.unwrap();
     for n in 2..=3 {
-        mock.push(Reply::tool_call(&format!("c{n}"), "list_dir", r#"{"path":"."}"#));
+        mock.push(Reply::tool_call(format!("c{n}"), "list_dir", r#"{"path":"."}"#));
         mock.push(Reply::text("done"));
         other
             .ok("turn/start", json!({"session_id": session, "submission_id": n.to_string(), "text": "go"}))

@@ -1,6 +1,8 @@
 //! Crash and restart through the real binary: SIGKILL at chosen moments,
 //! reopen the same state directory, check statuses and history, resume.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::time::Duration;
@@ -133,8 +135,7 @@ async fn sigterm_interrupts_running_turns_and_a_second_keel_cannot_share_the_sta
     let db = rusqlite::Connection::open(state.join("runtime.sqlite3")).unwrap();
     let status: String = db.query_row("SELECT status FROM turns", [], |r| r.get(0)).unwrap();
     assert_eq!(status, "interrupted");
-    let data: String = db
-        .query_row("SELECT data FROM events WHERE kind = 'turn_interrupted'", [], |r| r.get(0))
-        .unwrap();
+    let data: String =
+        db.query_row("SELECT data FROM events WHERE kind = 'turn_interrupted'", [], |r| r.get(0)).unwrap();
     assert!(data.contains("\"shutdown\""), "{data}");
 }

@@ -9,5 +9,5 @@
 pub mod recovery;
 pub mod turn;
 
-pub use recovery::{plan_resume, ResumePlan};
-pub use turn::{after_model, Decision, Next, ToolCall, TurnLimits};
+pub use recovery::{ResumePlan, plan_resume};
+pub use turn::{Decision, Next, ToolCall, TurnLimits, after_model};

@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use keel_protocol::session::ToolCallInfo;
 use keel_protocol::{Item, ToolCallStatus};
 
-use crate::turn::{after_model, step_limit, tool_error, Next, TurnLimits};
+use crate::turn::{Next, TurnLimits, after_model, step_limit, tool_error};
 
 /// What resuming a turn does.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,6 +84,41 @@ pub fn plan_resume(
     ResumePlan { append, interrupted, next }
 }
 
+/// Outputs that close every call in `turn_items` that has none, so history
+/// stays well formed when a turn ends early. A call the ledger shows as
+/// started gets an "interrupted, may have taken effect" output and is
+/// returned with its ledger record; a call that never started gets a "not
+/// run" output naming `reason`.
+pub fn close_unanswered(
+    turn_items: &[Item],
+    ledger: &[ToolCallInfo],
+    reason: &str,
+) -> Vec<(Item, Option<ToolCallInfo>)> {
+    let answered: HashSet<&str> = turn_items
+        .iter()
+        .filter_map(|i| match i {
+            Item::FunctionCallOutput { call_id, .. } => Some(call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let mut out = Vec::new();
+    for item in turn_items {
+        let Item::FunctionCall { call_id, .. } = item else { continue };
+        if answered.contains(call_id.as_str()) {
+            continue;
+        }
+        let started = ledger.iter().find(|c| &c.call_id == call_id && c.status == ToolCallStatus::Started);
+        let output = match started {
+            Some(_) => tool_error(&format!(
+                "{reason} while this call was running: its effect may or may not have happened, and it was not run again. Check the current state before calling it again"
+            )),
+            None => tool_error(&format!("not run: {reason} before this call started")),
+        };
+        out.push((Item::FunctionCallOutput { call_id: call_id.clone(), output }, started.cloned()));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,39 +171,4 @@ mod tests {
         assert!(plan.interrupted.is_empty());
         assert_eq!(plan.next, Next::CallModel);
     }
-}
-
-/// Outputs that close every call in `turn_items` that has none, so history
-/// stays well formed when a turn ends early. A call the ledger shows as
-/// started gets an "interrupted, may have taken effect" output and is
-/// returned with its ledger record; a call that never started gets a "not
-/// run" output naming `reason`.
-pub fn close_unanswered(
-    turn_items: &[Item],
-    ledger: &[ToolCallInfo],
-    reason: &str,
-) -> Vec<(Item, Option<ToolCallInfo>)> {
-    let answered: HashSet<&str> = turn_items
-        .iter()
-        .filter_map(|i| match i {
-            Item::FunctionCallOutput { call_id, .. } => Some(call_id.as_str()),
-            _ => None,
-        })
-        .collect();
-    let mut out = Vec::new();
-    for item in turn_items {
-        let Item::FunctionCall { call_id, .. } = item else { continue };
-        if answered.contains(call_id.as_str()) {
-            continue;
-        }
-        let started = ledger.iter().find(|c| &c.call_id == call_id && c.status == ToolCallStatus::Started);
-        let output = match started {
-            Some(_) => tool_error(&format!(
-                "{reason} while this call was running: its effect may or may not have happened, and it was not run again. Check the current state before calling it again"
-            )),
-            None => tool_error(&format!("not run: {reason} before this call started")),
-        };
-        out.push((Item::FunctionCallOutput { call_id: call_id.clone(), output }, started.cloned()));
-    }
-    out
 }

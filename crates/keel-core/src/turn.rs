@@ -133,11 +133,7 @@ mod tests {
 
     #[test]
     fn valid_calls_run_and_invalid_ones_get_an_error_output() {
-        let d = after_model(
-            vec![call("a", r#"{"path":"x"}"#), call("b", "{not json")],
-            1,
-            TurnLimits::default(),
-        );
+        let d = after_model(vec![call("a", r#"{"path":"x"}"#), call("b", "{not json")], 1, TurnLimits::default());
         assert_eq!(d.append.len(), 3);
         assert!(matches!(&d.append[2], Item::FunctionCallOutput { call_id, output }
             if call_id == "b" && output.contains("not run")));
@@ -159,6 +155,8 @@ mod tests {
     #[test]
     fn the_step_limit_fails_the_turn() {
         let d = after_model(vec![call("a", "{}")], 3, TurnLimits { max_steps: 3 });
-        assert!(matches!(d.next, Next::Finish { status: TurnStatus::Failed, error: Some(ref e) } if e.kind == "step_limit"));
+        assert!(
+            matches!(d.next, Next::Finish { status: TurnStatus::Failed, error: Some(ref e) } if e.kind == "step_limit")
+        );
     }
 }

@@ -79,9 +79,7 @@ impl Item {
     /// The concatenated text of a message, or `None` for other items.
     pub fn message_text(&self) -> Option<String> {
         match self {
-            Item::Message { content, .. } => {
-                Some(content.iter().map(ContentPart::text).collect::<String>())
-            }
+            Item::Message { content, .. } => Some(content.iter().map(ContentPart::text).collect::<String>()),
             _ => None,
         }
     }
@@ -94,11 +92,7 @@ mod tests {
 
     #[test]
     fn items_use_the_responses_wire_shape() {
-        let call = Item::FunctionCall {
-            call_id: "c1".into(),
-            name: "write_file".into(),
-            arguments: "{}".into(),
-        };
+        let call = Item::FunctionCall { call_id: "c1".into(), name: "write_file".into(), arguments: "{}".into() };
         assert_eq!(
             serde_json::to_value(&call).unwrap_or_default(),
             json!({"type":"function_call","call_id":"c1","name":"write_file","arguments":"{}"})

@@ -27,10 +27,7 @@ pub enum TurnStatus {
 impl TurnStatus {
     /// A terminal turn never changes again.
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            TurnStatus::Completed | TurnStatus::Failed | TurnStatus::Truncated | TurnStatus::Cancelled
-        )
+        matches!(self, TurnStatus::Completed | TurnStatus::Failed | TurnStatus::Truncated | TurnStatus::Cancelled)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -84,9 +81,7 @@ impl AttemptStatus {
     }
 
     pub fn parse(text: &str) -> Option<AttemptStatus> {
-        [Self::Running, Self::Completed, Self::Failed, Self::Abandoned]
-            .into_iter()
-            .find(|s| s.as_str() == text)
+        [Self::Running, Self::Completed, Self::Failed, Self::Abandoned].into_iter().find(|s| s.as_str() == text)
     }
 }
 
@@ -116,9 +111,7 @@ impl ToolCallStatus {
     }
 
     pub fn parse(text: &str) -> Option<ToolCallStatus> {
-        [Self::Started, Self::Completed, Self::Interrupted, Self::Rejected]
-            .into_iter()
-            .find(|s| s.as_str() == text)
+        [Self::Started, Self::Completed, Self::Interrupted, Self::Rejected].into_iter().find(|s| s.as_str() == text)
     }
 }
 

@@ -33,68 +33,43 @@ impl ErrorDetails {
     pub fn from_value(value: &Value) -> ErrorDetails {
         let inner = value.get("error").unwrap_or(value);
         if let Some(text) = inner.as_str() {
-            return ErrorDetails {
-                message: Some(text.to_owned()),
-                ..ErrorDetails::default()
-            };
+            return ErrorDetails { message: Some(text.to_owned()), ..ErrorDetails::default() };
         }
         let text = |key: &str| inner.get(key).and_then(Value::as_str).map(str::to_owned);
         ErrorDetails {
             code: text("code"),
             kind: text("type"),
             message: text("message").or_else(|| text("detail")),
-            numeric_code: inner
-                .get("code")
-                .and_then(Value::as_u64)
-                .and_then(|c| u16::try_from(c).ok()),
+            numeric_code: inner.get("code").and_then(Value::as_u64).and_then(|c| u16::try_from(c).ok()),
         }
     }
 
     fn from_body(body: &[u8]) -> ErrorDetails {
-        serde_json::from_slice::<Value>(body)
-            .map(|v| ErrorDetails::from_value(&v))
-            .unwrap_or_default()
+        serde_json::from_slice::<Value>(body).map(|v| ErrorDetails::from_value(&v)).unwrap_or_default()
     }
 
     fn tags(&self) -> [&str; 2] {
-        [
-            self.code.as_deref().unwrap_or(""),
-            self.kind.as_deref().unwrap_or(""),
-        ]
+        [self.code.as_deref().unwrap_or(""), self.kind.as_deref().unwrap_or("")]
     }
 
     fn has_tag(&self, wanted: &[&str]) -> bool {
-        self.tags()
-            .iter()
-            .any(|tag| wanted.iter().any(|w| tag.eq_ignore_ascii_case(w)))
+        self.tags().iter().any(|tag| wanted.iter().any(|w| tag.eq_ignore_ascii_case(w)))
     }
 }
 
 /// Classifies an HTTP error response. `body` is the raw response body.
-pub fn classify_http_error(
-    status: u16,
-    retry_after: Option<Duration>,
-    body: &[u8],
-) -> ProviderError {
+pub fn classify_http_error(status: u16, retry_after: Option<Duration>, body: &[u8]) -> ProviderError {
     let text = String::from_utf8_lossy(body);
     let details = ErrorDetails::from_body(body);
     let kind = kind_for(Some(status), &details, &text);
     let what = describe(kind, &details, Some(status));
     let excerpt = excerpt(&text);
-    let excerpt = if excerpt.is_empty() {
-        "empty body".to_owned()
-    } else {
-        excerpt
-    };
-    let message = format!(
-        "{what} (HTTP {status}): {excerpt}; {}",
-        advice(kind, Some(status), retry_after)
-    );
+    let excerpt = if excerpt.is_empty() { "empty body".to_owned() } else { excerpt };
+    let message = format!("{what} (HTTP {status}): {excerpt}; {}", advice(kind, Some(status), retry_after));
     ProviderError {
         kind,
         message,
-        retry_after: retry_after
-            .filter(|_| kind == FailureKind::RateLimited || kind == FailureKind::Transient),
+        retry_after: retry_after.filter(|_| kind == FailureKind::RateLimited || kind == FailureKind::Transient),
         http_status: Some(status),
     }
 }
@@ -103,18 +78,12 @@ pub fn classify_http_error(
 pub fn classify_stream_error(error: &Value) -> ProviderError {
     let details = ErrorDetails::from_value(error);
     let text = error.to_string();
-    let status = details
-        .numeric_code
-        .filter(|code| (400..=599).contains(code));
+    let status = details.numeric_code.filter(|code| (400..=599).contains(code));
     let kind = kind_for(status, &details, &text);
     let what = describe(kind, &details, status);
     ProviderError {
         kind,
-        message: format!(
-            "{what} in the middle of the stream: {}; {}",
-            excerpt(&text),
-            advice(kind, None, None)
-        ),
+        message: format!("{what} in the middle of the stream: {}; {}", excerpt(&text), advice(kind, None, None)),
         retry_after: None,
         http_status: None,
     }
@@ -123,35 +92,19 @@ pub fn classify_stream_error(error: &Value) -> ProviderError {
 fn kind_for(status: Option<u16>, details: &ErrorDetails, text: &str) -> FailureKind {
     let lower = text.to_ascii_lowercase();
     if details.has_tag(&["content_filter", "content_policy_violation"])
-        || [
-            "content_policy_violation",
-            "content_filter",
-            "content management policy",
-            "safety system",
-        ]
-        .iter()
-        .any(|needle| lower.contains(needle))
+        || ["content_policy_violation", "content_filter", "content management policy", "safety system"]
+            .iter()
+            .any(|needle| lower.contains(needle))
     {
         return FailureKind::SafetyBlocked;
     }
-    if details.has_tag(&[
-        "insufficient_quota",
-        "billing_hard_limit_reached",
-        "billing_not_active",
-    ]) {
+    if details.has_tag(&["insufficient_quota", "billing_hard_limit_reached", "billing_not_active"]) {
         return FailureKind::Auth;
     }
-    let context_too_long = details
-        .has_tag(&["context_length_exceeded", "exceed_context_size_error"])
-        || [
-            "maximum context length",
-            "context length",
-            "context window",
-            "context size",
-            "prompt is too long",
-        ]
-        .iter()
-        .any(|needle| lower.contains(needle));
+    let context_too_long = details.has_tag(&["context_length_exceeded", "exceed_context_size_error"])
+        || ["maximum context length", "context length", "context window", "context size", "prompt is too long"]
+            .iter()
+            .any(|needle| lower.contains(needle));
     match status {
         Some(429) => FailureKind::RateLimited,
         Some(401..=403) => FailureKind::Auth,
@@ -178,12 +131,7 @@ fn kind_from_tags(details: &ErrorDetails) -> FailureKind {
         "permission_denied",
     ]) {
         FailureKind::Auth
-    } else if details.has_tag(&[
-        "invalid_request_error",
-        "not_found_error",
-        "model_not_found",
-        "invalid_value",
-    ]) {
+    } else if details.has_tag(&["invalid_request_error", "not_found_error", "model_not_found", "invalid_value"]) {
         FailureKind::BadRequest
     } else {
         FailureKind::Transient
@@ -209,29 +157,22 @@ fn describe(kind: FailureKind, details: &ErrorDetails, status: Option<u16>) -> &
 fn advice(kind: FailureKind, status: Option<u16>, retry_after: Option<Duration>) -> String {
     match (kind, retry_after) {
         (FailureKind::BadRequest, _) if status == Some(404) => {
-            "check the model name, and that the base URL ends in the API version, such as /v1"
-                .to_owned()
+            "check the model name, and that the base URL ends in the API version, such as /v1".to_owned()
         }
         (FailureKind::RateLimited, Some(delay)) => {
-            format!(
-                "retry after {:.1}s or lower the request rate",
-                delay.as_secs_f64()
-            )
+            format!("retry after {:.1}s or lower the request rate", delay.as_secs_f64())
         }
         (FailureKind::RateLimited, None) => "retry later or lower the request rate".to_owned(),
         (FailureKind::Transient | FailureKind::Transport, _) => "retry the request".to_owned(),
         (FailureKind::ContextTooLong, _) => {
             "compact the history, or use a model with a larger context window".to_owned()
         }
-        (FailureKind::Auth, _) => {
-            "check the API key, its permissions and the account's credit".to_owned()
-        }
+        (FailureKind::Auth, _) => "check the API key, its permissions and the account's credit".to_owned(),
         (FailureKind::SafetyBlocked, _) => {
             "change the request; sending the same one again will be refused again".to_owned()
         }
         (FailureKind::BadRequest, _) => {
-            "check the model name and the request; retrying the same request will not help"
-                .to_owned()
+            "check the model name and the request; retrying the same request will not help".to_owned()
         }
     }
 }

@@ -18,44 +18,20 @@ fn http_errors_are_classified_by_status_and_body() {
             r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#,
             FailureKind::Auth,
         ),
-        (
-            500,
-            r#"{"error":{"message":"The server had an error","type":"server_error"}}"#,
-            FailureKind::Transient,
-        ),
+        (500, r#"{"error":{"message":"The server had an error","type":"server_error"}}"#, FailureKind::Transient),
         (503, "upstream connect error", FailureKind::Transient),
-        (
-            529,
-            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
-            FailureKind::Transient,
-        ),
-        (
-            401,
-            r#"{"error":{"message":"Incorrect API key provided","code":"invalid_api_key"}}"#,
-            FailureKind::Auth,
-        ),
+        (529, r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#, FailureKind::Transient),
+        (401, r#"{"error":{"message":"Incorrect API key provided","code":"invalid_api_key"}}"#, FailureKind::Auth),
         (403, "", FailureKind::Auth),
-        (
-            402,
-            r#"{"error":"insufficient credits"}"#,
-            FailureKind::Auth,
-        ),
-        (
-            400,
-            r#"{"error":{"message":"Invalid 'messages'","type":"invalid_request_error"}}"#,
-            FailureKind::BadRequest,
-        ),
+        (402, r#"{"error":"insufficient credits"}"#, FailureKind::Auth),
+        (400, r#"{"error":{"message":"Invalid 'messages'","type":"invalid_request_error"}}"#, FailureKind::BadRequest),
         (
             404,
             r#"{"error":{"message":"The model `x` does not exist","code":"model_not_found"}}"#,
             FailureKind::BadRequest,
         ),
         (422, "unprocessable", FailureKind::BadRequest),
-        (
-            400,
-            r#"{"error":{"message":"too long","code":"context_length_exceeded"}}"#,
-            FailureKind::ContextTooLong,
-        ),
+        (400, r#"{"error":{"message":"too long","code":"context_length_exceeded"}}"#, FailureKind::ContextTooLong),
         (
             400,
             r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens"}"#,
@@ -72,11 +48,7 @@ fn http_errors_are_classified_by_status_and_body() {
             FailureKind::ContextTooLong,
         ),
         (413, "request too large", FailureKind::ContextTooLong),
-        (
-            400,
-            r#"{"error":{"message":"flagged","code":"content_policy_violation"}}"#,
-            FailureKind::SafetyBlocked,
-        ),
+        (400, r#"{"error":{"message":"flagged","code":"content_policy_violation"}}"#, FailureKind::SafetyBlocked),
         (
             400,
             r#"{"error":{"message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy","code":"content_filter"}}"#,
@@ -95,11 +67,7 @@ fn http_errors_are_classified_by_status_and_body() {
 
 #[test]
 fn messages_say_what_happened_and_what_to_do() {
-    let error = classify_http_error(
-        429,
-        Some(Duration::from_secs(2)),
-        br#"{"error":{"code":"rate_limit_exceeded"}}"#,
-    );
+    let error = classify_http_error(429, Some(Duration::from_secs(2)), br#"{"error":{"code":"rate_limit_exceeded"}}"#);
     assert_eq!(
         error.message,
         r#"the provider rate-limited the request (HTTP 429): {"error":{"code":"rate_limit_exceeded"}}; retry after 2.0s or lower the request rate"#
@@ -111,10 +79,7 @@ fn messages_say_what_happened_and_what_to_do() {
         error.message,
         "the provider rejected the credentials (HTTP 401): empty body; check the API key, its permissions and the account's credit"
     );
-    assert_eq!(
-        error.retry_after, None,
-        "a retry hint is only kept when a retry can help"
-    );
+    assert_eq!(error.retry_after, None, "a retry hint is only kept when a retry can help");
 
     let error = classify_http_error(404, None, b"Not Found");
     assert!(error.message.ends_with("such as /v1"), "{}", error.message);
@@ -125,11 +90,7 @@ fn long_bodies_are_cut_to_an_excerpt() {
     let body = "x".repeat(5000);
     let error = classify_http_error(500, None, body.as_bytes());
     assert!(error.message.len() < 700, "{}", error.message.len());
-    assert!(
-        error
-            .message
-            .contains(&format!("{}…", "x".repeat(MAX_BODY_EXCERPT)))
-    );
+    assert!(error.message.contains(&format!("{}…", "x".repeat(MAX_BODY_EXCERPT))));
 }
 
 #[test]
@@ -142,42 +103,15 @@ fn excerpt_collapses_whitespace_and_respects_char_boundaries() {
 #[test]
 fn stream_errors_are_classified_by_code_and_type() {
     let cases = [
-        (
-            json!({"message": "slow down", "code": "rate_limit_exceeded"}),
-            FailureKind::RateLimited,
-        ),
-        (
-            json!({"message": "oops", "type": "server_error"}),
-            FailureKind::Transient,
-        ),
-        (
-            json!({"type": "overloaded_error", "message": "Overloaded"}),
-            FailureKind::Transient,
-        ),
-        (
-            json!({"message": "too long", "code": "context_length_exceeded"}),
-            FailureKind::ContextTooLong,
-        ),
-        (
-            json!({"message": "no", "code": "content_filter"}),
-            FailureKind::SafetyBlocked,
-        ),
-        (
-            json!({"message": "bad key", "code": "invalid_api_key"}),
-            FailureKind::Auth,
-        ),
-        (
-            json!({"message": "bad", "type": "invalid_request_error"}),
-            FailureKind::BadRequest,
-        ),
-        (
-            json!({"code": 500, "message": "llama.cpp failed"}),
-            FailureKind::Transient,
-        ),
-        (
-            json!({"code": 429, "message": "busy"}),
-            FailureKind::RateLimited,
-        ),
+        (json!({"message": "slow down", "code": "rate_limit_exceeded"}), FailureKind::RateLimited),
+        (json!({"message": "oops", "type": "server_error"}), FailureKind::Transient),
+        (json!({"type": "overloaded_error", "message": "Overloaded"}), FailureKind::Transient),
+        (json!({"message": "too long", "code": "context_length_exceeded"}), FailureKind::ContextTooLong),
+        (json!({"message": "no", "code": "content_filter"}), FailureKind::SafetyBlocked),
+        (json!({"message": "bad key", "code": "invalid_api_key"}), FailureKind::Auth),
+        (json!({"message": "bad", "type": "invalid_request_error"}), FailureKind::BadRequest),
+        (json!({"code": 500, "message": "llama.cpp failed"}), FailureKind::Transient),
+        (json!({"code": 429, "message": "busy"}), FailureKind::RateLimited),
         (json!("something broke"), FailureKind::Transient),
     ];
     for (error, expected) in cases {

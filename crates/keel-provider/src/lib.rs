@@ -99,10 +99,7 @@ impl FailureKind {
 
     /// Whether trying the same request again may succeed.
     pub fn is_retryable(self) -> bool {
-        matches!(
-            self,
-            FailureKind::RateLimited | FailureKind::Transient | FailureKind::Transport
-        )
+        matches!(self, FailureKind::RateLimited | FailureKind::Transient | FailureKind::Transport)
     }
 }
 
@@ -119,21 +116,14 @@ pub struct ProviderError {
 
 impl ProviderError {
     pub fn new(kind: FailureKind, message: impl Into<String>) -> ProviderError {
-        ProviderError {
-            kind,
-            message: message.into(),
-            retry_after: None,
-            http_status: None,
-        }
+        ProviderError { kind, message: message.into(), retry_after: None, http_status: None }
     }
 }
 
 /// Why a provider could not be built from its settings.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    #[error(
-        "the base URL `{url}` is not usable ({reason}); set an http(s) URL such as https://api.openai.com/v1"
-    )]
+    #[error("the base URL `{url}` is not usable ({reason}); set an http(s) URL such as https://api.openai.com/v1")]
     InvalidBaseUrl { url: String, reason: String },
     #[error(
         "the API key contains characters that cannot be sent in an HTTP header; check the key for stray quotes or line breaks"

@@ -24,8 +24,7 @@ use crate::failure::{classify_http_error, excerpt};
 use crate::retry_after::retry_delay;
 use crate::sse::SseParser;
 use crate::{
-    BoxFuture, ConfigError, DeltaSink, FailureKind, ModelProvider, ModelRequest, ModelResponse,
-    ProviderError,
+    BoxFuture, ConfigError, DeltaSink, FailureKind, ModelProvider, ModelRequest, ModelResponse, ProviderError,
 };
 
 mod config;
@@ -55,8 +54,8 @@ impl OpenAiChat {
         let endpoint = config::endpoint(&config.base_url)?;
         let authorization = match config.api_key.as_deref().map(str::trim) {
             Some(key) if !key.is_empty() => {
-                let mut value = HeaderValue::from_str(&format!("Bearer {key}"))
-                    .map_err(|_| ConfigError::InvalidApiKey)?;
+                let mut value =
+                    HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| ConfigError::InvalidApiKey)?;
                 value.set_sensitive(true);
                 Some(value)
             }
@@ -83,11 +82,7 @@ impl OpenAiChat {
         self.endpoint.as_str()
     }
 
-    async fn run(
-        &self,
-        request: &ModelRequest,
-        on_delta: DeltaSink<'_>,
-    ) -> Result<ModelResponse, ProviderError> {
+    async fn run(&self, request: &ModelRequest, on_delta: DeltaSink<'_>) -> Result<ModelResponse, ProviderError> {
         let body = request_body(request, self.max_tokens_field).to_string();
         let mut builder = self
             .client
@@ -111,10 +106,7 @@ impl OpenAiChat {
         let status = response.status().as_u16();
         if !response.status().is_success() {
             let retry_after = retry_hint(response.headers());
-            let body = self
-                .read_body(&mut response, MAX_ERROR_BODY)
-                .await
-                .unwrap_or_else(|(partial, _)| partial);
+            let body = self.read_body(&mut response, MAX_ERROR_BODY).await.unwrap_or_else(|(partial, _)| partial);
             return Err(classify_http_error(status, retry_after, &body));
         }
         let is_json = response
@@ -124,13 +116,8 @@ impl OpenAiChat {
             .is_some_and(|value| value.trim_start().starts_with("application/json"));
         let mut assembler = ResponseAssembler::default();
         let result = if is_json {
-            match self
-                .read_body(&mut response, crate::sse::DEFAULT_MAX_LINE_LEN)
-                .await
-            {
-                Ok(body) => assembler
-                    .on_completion(&body, on_delta)
-                    .and_then(|()| assembler.finish()),
+            match self.read_body(&mut response, crate::sse::DEFAULT_MAX_LINE_LEN).await {
+                Ok(body) => assembler.on_completion(&body, on_delta).and_then(|()| assembler.finish()),
                 Err((_, error)) => Err(error),
             }
         } else {
@@ -156,17 +143,14 @@ impl OpenAiChat {
             if events_seen == 0 && head.len() < HEAD_KEPT {
                 head.extend_from_slice(&chunk[..chunk.len().min(HEAD_KEPT - head.len())]);
             }
-            let events = parser.feed(&chunk).map_err(|error| {
-                transport(format!("the provider's event stream is broken: {error}"))
-            })?;
+            let events = parser
+                .feed(&chunk)
+                .map_err(|error| transport(format!("the provider's event stream is broken: {error}")))?;
             for event in &events {
                 events_seen += 1;
                 if assembler.on_event(event, on_delta)? == Progress::Done {
                     // Reading to the end returns the connection to the pool.
-                    let _ = timeout(DRAIN_TIMEOUT, async {
-                        while let Ok(Some(_)) = response.chunk().await {}
-                    })
-                    .await;
+                    let _ = timeout(DRAIN_TIMEOUT, async { while let Ok(Some(_)) = response.chunk().await {} }).await;
                     return assembler.finish();
                 }
             }
@@ -183,10 +167,7 @@ impl OpenAiChat {
     }
 
     /// The next body chunk, or `None` at a clean end of the body.
-    async fn next_chunk(
-        &self,
-        response: &mut reqwest::Response,
-    ) -> Result<Option<bytes::Bytes>, ProviderError> {
+    async fn next_chunk(&self, response: &mut reqwest::Response) -> Result<Option<bytes::Bytes>, ProviderError> {
         let idle = self.config.stream_idle_timeout;
         match timeout(idle, response.chunk()).await {
             Ok(Ok(chunk)) => Ok(chunk),
@@ -211,9 +192,8 @@ impl OpenAiChat {
         loop {
             match self.next_chunk(response).await {
                 Ok(Some(chunk)) if body.len() + chunk.len() > limit => {
-                    let error = transport(format!(
-                        "the provider's response is larger than {limit} bytes; check the base URL"
-                    ));
+                    let error =
+                        transport(format!("the provider's response is larger than {limit} bytes; check the base URL"));
                     return Err((body, error));
                 }
                 Ok(Some(chunk)) => body.extend_from_slice(&chunk),
@@ -238,22 +218,14 @@ impl OpenAiChat {
                 self.endpoint
             )
         } else {
-            format!(
-                "the request to {} failed: {chain}; retry the request",
-                self.endpoint
-            )
+            format!("the request to {} failed: {chain}; retry the request", self.endpoint)
         };
         transport(message)
     }
 
     /// Removes the API key from a message, in case a server echoed it.
     fn redact(&self, mut error: ProviderError) -> ProviderError {
-        if let Some(key) = self
-            .config
-            .api_key
-            .as_deref()
-            .map(str::trim)
-            .filter(|key| !key.is_empty())
+        if let Some(key) = self.config.api_key.as_deref().map(str::trim).filter(|key| !key.is_empty())
             && error.message.contains(key)
         {
             error.message = error.message.replace(key, "[redacted]");
@@ -287,11 +259,7 @@ fn transport(message: String) -> ProviderError {
 
 fn retry_hint(headers: &HeaderMap) -> Option<Duration> {
     let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
-    retry_delay(
-        header("retry-after-ms"),
-        header("retry-after"),
-        SystemTime::now(),
-    )
+    retry_delay(header("retry-after-ms"), header("retry-after"), SystemTime::now())
 }
 
 /// An error and its sources, `: `-separated, without repeats (reqwest and

@@ -154,9 +154,7 @@ impl SseParser {
 
     fn check_len(&self, len: usize) -> Result<(), SseError> {
         if len > self.max_line_len {
-            return Err(SseError::TooLong {
-                limit: self.max_line_len,
-            });
+            return Err(SseError::TooLong { limit: self.max_line_len });
         }
         Ok(())
     }

@@ -4,11 +4,7 @@
 use super::*;
 
 fn event(data: &str) -> SseEvent {
-    SseEvent {
-        event: None,
-        data: data.to_owned(),
-        id: None,
-    }
+    SseEvent { event: None, data: data.to_owned(), id: None }
 }
 
 fn parse_all(input: &[u8]) -> Vec<SseEvent> {
@@ -44,21 +40,9 @@ fn lf_crlf_and_cr_line_endings_all_end_lines() {
 fn results_do_not_depend_on_chunk_boundaries() {
     let input = "event: delta\r\ndata: h\u{e9}llo \u{1F600}\r\nid: 7\r\n\r\ndata: x\rdata: y\r\r:c\ndata: z\n\n";
     let expected = vec![
-        SseEvent {
-            event: Some("delta".into()),
-            data: "h\u{e9}llo \u{1F600}".into(),
-            id: Some("7".into()),
-        },
-        SseEvent {
-            event: None,
-            data: "x\ny".into(),
-            id: Some("7".into()),
-        },
-        SseEvent {
-            event: None,
-            data: "z".into(),
-            id: Some("7".into()),
-        },
+        SseEvent { event: Some("delta".into()), data: "h\u{e9}llo \u{1F600}".into(), id: Some("7".into()) },
+        SseEvent { event: None, data: "x\ny".into(), id: Some("7".into()) },
+        SseEvent { event: None, data: "z".into(), id: Some("7".into()) },
     ];
     assert_split_invariant(input.as_bytes(), &expected);
 }
@@ -74,26 +58,17 @@ fn crlf_split_between_cr_and_lf_is_one_terminator() {
 
 #[test]
 fn multiple_data_lines_are_joined_with_newlines() {
-    assert_eq!(
-        parse_all(b"data: one\ndata: two\ndata:\ndata: three\n\n"),
-        vec![event("one\ntwo\n\nthree")]
-    );
+    assert_eq!(parse_all(b"data: one\ndata: two\ndata:\ndata: three\n\n"), vec![event("one\ntwo\n\nthree")]);
 }
 
 #[test]
 fn comments_are_ignored_and_do_not_dispatch() {
-    assert_eq!(
-        parse_all(b": keep-alive\n\n: OPENROUTER PROCESSING\ndata: x\n\n"),
-        vec![event("x")]
-    );
+    assert_eq!(parse_all(b": keep-alive\n\n: OPENROUTER PROCESSING\ndata: x\n\n"), vec![event("x")]);
 }
 
 #[test]
 fn only_one_leading_space_is_removed() {
-    assert_eq!(
-        parse_all(b"data:  two spaces\n\ndata:none\n\n"),
-        vec![event(" two spaces"), event("none")]
-    );
+    assert_eq!(parse_all(b"data:  two spaces\n\ndata:none\n\n"), vec![event(" two spaces"), event("none")]);
 }
 
 #[test]
@@ -107,9 +82,7 @@ fn a_field_without_colon_has_an_empty_value() {
 #[test]
 fn unknown_fields_are_ignored_and_retry_is_kept() {
     let mut parser = SseParser::new();
-    let events = parser
-        .feed(b"foo: bar\nretry: 1500\nretry: soon\ndata: d\n\n")
-        .unwrap_or_default();
+    let events = parser.feed(b"foo: bar\nretry: 1500\nretry: soon\ndata: d\n\n").unwrap_or_default();
     assert_eq!(events, vec![event("d")]);
     assert_eq!(parser.retry_ms(), Some(1500));
 }
@@ -120,21 +93,9 @@ fn event_type_resets_after_each_event_but_id_persists() {
     assert_eq!(
         events,
         vec![
-            SseEvent {
-                event: Some("a".into()),
-                data: "x".into(),
-                id: Some("1".into())
-            },
-            SseEvent {
-                event: None,
-                data: "y".into(),
-                id: Some("1".into())
-            },
-            SseEvent {
-                event: None,
-                data: "z".into(),
-                id: None
-            },
+            SseEvent { event: Some("a".into()), data: "x".into(), id: Some("1".into()) },
+            SseEvent { event: None, data: "y".into(), id: Some("1".into()) },
+            SseEvent { event: None, data: "z".into(), id: None },
         ]
     );
 }
@@ -170,21 +131,12 @@ fn an_overlong_line_is_an_error() {
     assert_eq!(parser.feed(b"ABCDEF"), Err(SseError::TooLong { limit: 16 }));
 
     let mut parser = SseParser::with_max_line_len(16);
-    assert_eq!(
-        parser.feed(b"data: 0123456789ABCDEF\n"),
-        Err(SseError::TooLong { limit: 16 })
-    );
+    assert_eq!(parser.feed(b"data: 0123456789ABCDEF\n"), Err(SseError::TooLong { limit: 16 }));
 }
 
 #[test]
 fn an_overlong_event_made_of_short_lines_is_an_error() {
     let mut parser = SseParser::with_max_line_len(16);
-    assert_eq!(
-        parser.feed(b"data: 01234\ndata: 56789\n").map(|e| e.len()),
-        Ok(0)
-    );
-    assert_eq!(
-        parser.feed(b"data: ABCDE\n"),
-        Err(SseError::TooLong { limit: 16 })
-    );
+    assert_eq!(parser.feed(b"data: 01234\ndata: 56789\n").map(|e| e.len()), Ok(0));
+    assert_eq!(parser.feed(b"data: ABCDE\n"), Err(SseError::TooLong { limit: 16 }));
 }

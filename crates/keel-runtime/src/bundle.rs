@@ -85,7 +85,10 @@ impl Bundle {
     pub fn load(dir: &Path) -> Result<Bundle> {
         let file = dir.join(BUNDLE_FILE);
         let text = std::fs::read_to_string(&file).map_err(|e| {
-            RuntimeError::Config(format!("cannot read the bundle file {}: {e}; a bundle is a folder holding {BUNDLE_FILE}", file.display()))
+            RuntimeError::Config(format!(
+                "cannot read the bundle file {}: {e}; a bundle is a folder holding {BUNDLE_FILE}",
+                file.display()
+            ))
         })?;
         let parsed: BundleFile = toml::from_str(&text).map_err(|e| {
             let line = e.span().map(|s| text[..s.start.min(text.len())].lines().count().max(1));

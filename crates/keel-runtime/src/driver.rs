@@ -17,7 +17,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use keel_core::{after_model, Next, ToolCall, TurnLimits};
+use keel_core::{Next, ToolCall, TurnLimits, after_model};
 use keel_protocol::ids::{new_id, now_ms};
 use keel_protocol::session::{AttemptInfo, ToolCallInfo, TurnError};
 use keel_protocol::{AttemptStatus, EventKind, Item, ToolCallStatus, ToolSpec, TurnStatus, Usage};
@@ -51,7 +51,13 @@ struct TurnRun<'a> {
 }
 
 /// Drives a turn until it finishes, is cancelled, or the runtime shuts down.
-pub(crate) async fn drive(runtime: &Runtime, slot: &Arc<SessionSlot>, turn_id: &str, first: Next, cancel: &CancellationToken) {
+pub(crate) async fn drive(
+    runtime: &Runtime,
+    slot: &Arc<SessionSlot>,
+    turn_id: &str,
+    first: Next,
+    cancel: &CancellationToken,
+) {
     let started = Instant::now();
     let outcome = match prepare(runtime, slot, turn_id).await {
         Ok(mut run) => {
@@ -210,7 +216,10 @@ impl TurnRun<'_> {
                 self.commit_attempt(attempt, Vec::new(), step).await?;
                 Ok(Some(Next::Finish {
                     status: TurnStatus::Failed,
-                    error: Some(TurnError { kind: format!("provider_{}", error.kind.as_str()), message: error.to_string() }),
+                    error: Some(TurnError {
+                        kind: format!("provider_{}", error.kind.as_str()),
+                        message: error.to_string(),
+                    }),
                 }))
             }
         }
@@ -273,7 +282,8 @@ impl TurnRun<'_> {
                 Ok(())
             })
             .await?;
-        let output = match self.runtime.inner.tools.get(&call.name).filter(|_| self.allowed_tools.contains(&call.name)) {
+        let output = match self.runtime.inner.tools.get(&call.name).filter(|_| self.allowed_tools.contains(&call.name))
+        {
             None => ToolOutput::error(format!(
                 "there is no tool named {:?}; available tools: {}",
                 call.name,
@@ -309,10 +319,17 @@ impl TurnRun<'_> {
 }
 
 /// Appends `item` to history in `change`, with its `item_added` event.
-pub(crate) fn push_item(change: &mut keel_store::Change, info: &mut keel_protocol::session::SessionInfo, turn_id: &str, item: Item) {
+pub(crate) fn push_item(
+    change: &mut keel_store::Change,
+    info: &mut keel_protocol::session::SessionInfo,
+    turn_id: &str,
+    item: Item,
+) {
     let index = info.history_len;
     info.history_len += 1;
-    change.events.push(NewEvent::new(EventKind::ItemAdded, json!({ "turn_id": turn_id, "index": index, "item": item })));
+    change
+        .events
+        .push(NewEvent::new(EventKind::ItemAdded, json!({ "turn_id": turn_id, "index": index, "item": item })));
     change.history.push((index, item));
 }
 

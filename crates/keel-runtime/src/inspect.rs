@@ -7,9 +7,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use keel_protocol::Event;
 use keel_protocol::rpc::SessionSnapshot;
 use keel_protocol::session::SessionInfo;
-use keel_protocol::Event;
 use keel_store::Store;
 use keel_store_sqlite::SqliteStore;
 

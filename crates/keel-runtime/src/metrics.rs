@@ -3,8 +3,8 @@
 //! Plain atomics on the hot path; the per-turn timing samples are kept only
 //! when a benchmark asks for them.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use keel_protocol::TurnStatus;
@@ -37,9 +37,10 @@ impl Metrics {
 
     pub(crate) fn record_turn(&self, wall: Duration, provider: Duration) {
         if self.sample.load(Ordering::Relaxed)
-            && let Ok(mut timings) = self.timings.lock() {
-                timings.push(TurnTiming { wall, provider });
-            }
+            && let Ok(mut timings) = self.timings.lock()
+        {
+            timings.push(TurnTiming { wall, provider });
+        }
     }
 
     /// Starts keeping per-turn timings.

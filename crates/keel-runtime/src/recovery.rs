@@ -82,27 +82,28 @@ impl Runtime {
         };
         let items = self.store().history(slot.id.clone(), turn.history_start).await?;
         let ledger = self.store().tool_calls(slot.id.clone(), Some(turn_id.to_string())).await?;
-        let statuses: HashMap<String, ToolCallStatus> =
-            ledger.iter().map(|c| (c.call_id.clone(), c.status)).collect();
+        let statuses: HashMap<String, ToolCallStatus> = ledger.iter().map(|c| (c.call_id.clone(), c.status)).collect();
         let plan = plan_resume(&items, &statuses, turn.steps, self.inner.default_limits);
         slot.transact(self.store(), |state, change| {
-            let Some(turn) = state.turn.as_mut().filter(|t| t.id == turn_id && t.status == TurnStatus::Interrupted) else {
+            let Some(turn) = state.turn.as_mut().filter(|t| t.id == turn_id && t.status == TurnStatus::Interrupted)
+            else {
                 return Err(RuntimeError::Conflict(format!("turn {turn_id} is not interrupted")));
             };
             turn.status = TurnStatus::Recoverable;
             for item in plan.append.iter().cloned() {
                 if let keel_protocol::Item::FunctionCallOutput { call_id, output } = &item
-                    && let Some(mut call) = ledger.iter().find(|c| &c.call_id == call_id).cloned() {
-                        call.status = ToolCallStatus::Interrupted;
-                        call.output = Some(output.clone());
-                        call.is_error = true;
-                        call.finished_at_ms = Some(now_ms());
-                        change.events.push(NewEvent::new(
-                            EventKind::ToolCallInterrupted,
-                            json!({ "turn_id": turn_id, "call_id": call_id }),
-                        ));
-                        change.tool_calls.push(call);
-                    }
+                    && let Some(mut call) = ledger.iter().find(|c| &c.call_id == call_id).cloned()
+                {
+                    call.status = ToolCallStatus::Interrupted;
+                    call.output = Some(output.clone());
+                    call.is_error = true;
+                    call.finished_at_ms = Some(now_ms());
+                    change.events.push(NewEvent::new(
+                        EventKind::ToolCallInterrupted,
+                        json!({ "turn_id": turn_id, "call_id": call_id }),
+                    ));
+                    change.tool_calls.push(call);
+                }
                 push_item(change, &mut state.info, turn_id, item);
             }
             change.events.push(NewEvent::new(

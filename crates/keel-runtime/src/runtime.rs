@@ -132,8 +132,7 @@ impl Runtime {
                 return Ok((bundle, spec));
             }
         }
-        let known: Vec<&str> =
-            self.inner.bundles.iter().flat_map(|b| b.coworkers.keys().map(String::as_str)).collect();
+        let known: Vec<&str> = self.inner.bundles.iter().flat_map(|b| b.coworkers.keys().map(String::as_str)).collect();
         Err(RuntimeError::InvalidParams(if known.is_empty() {
             format!("no coworker {id:?}: this keel serves no bundle; start it with --bundle <dir>")
         } else {
@@ -159,7 +158,10 @@ impl Runtime {
         self.inner.providers.resolve(&spec.model)?;
         let workspace = Path::new(&params.workspace);
         let workspace = workspace.canonicalize().map_err(|e| {
-            RuntimeError::InvalidParams(format!("workspace {:?} cannot be used: {e}; create the folder first", params.workspace))
+            RuntimeError::InvalidParams(format!(
+                "workspace {:?} cannot be used: {e}; create the folder first",
+                params.workspace
+            ))
         })?;
         if !workspace.is_dir() {
             return Err(RuntimeError::InvalidParams(format!("workspace {:?} is not a folder", params.workspace)));
@@ -190,11 +192,7 @@ impl Runtime {
         })
         .await?;
         let info = slot.state().info;
-        self.inner
-            .sessions
-            .lock()
-            .map_err(|_| RuntimeError::ShuttingDown)?
-            .insert(info.id.clone(), slot);
+        self.inner.sessions.lock().map_err(|_| RuntimeError::ShuttingDown)?.insert(info.id.clone(), slot);
         Ok(info)
     }
 
@@ -275,16 +273,18 @@ impl Runtime {
             });
         }
         if let Some(turn) = &state.turn
-            && !turn.status.is_terminal() {
-                return Err(RuntimeError::Conflict(format!(
-                    "turn {} is {}; continue it with turn/resume or drop it with turn/interrupt before starting another",
-                    turn.id,
-                    turn.status.as_str()
-                )));
-            }
+            && !turn.status.is_terminal()
+        {
+            return Err(RuntimeError::Conflict(format!(
+                "turn {} is {}; continue it with turn/resume or drop it with turn/interrupt before starting another",
+                turn.id,
+                turn.status.as_str()
+            )));
+        }
         if state.info.provider_blocked {
             return Err(RuntimeError::Blocked(
-                "a model provider blocked this session on safety grounds; it accepts no new turns, start a new session".into(),
+                "a model provider blocked this session on safety grounds; it accepts no new turns, start a new session"
+                    .into(),
             ));
         }
         let turn_id = new_id("turn");
@@ -316,10 +316,9 @@ impl Runtime {
                 EventKind::TurnStarted,
                 json!({ "turn_id": turn_id, "submission_id": submission_id }),
             ));
-            change.events.push(NewEvent::new(
-                EventKind::ItemAdded,
-                json!({ "turn_id": turn_id, "index": index, "item": item }),
-            ));
+            change
+                .events
+                .push(NewEvent::new(EventKind::ItemAdded, json!({ "turn_id": turn_id, "index": index, "item": item })));
             Ok(())
         })
         .await?;
@@ -338,9 +337,10 @@ impl Runtime {
         self.inner.tasks.spawn(async move {
             crate::driver::drive(&runtime, &slot, &turn_id, next, &cancel).await;
             if let Ok(mut job) = slot.job.lock()
-                && job.as_ref().is_some_and(|j| j.turn_id == turn_id) {
-                    *job = None;
-                }
+                && job.as_ref().is_some_and(|j| j.turn_id == turn_id)
+            {
+                *job = None;
+            }
             let _ = done_tx.send(true);
         });
     }

@@ -2,9 +2,9 @@
 
 use std::sync::{Mutex, OnceLock};
 
+use keel_protocol::Event;
 use keel_protocol::ids::now_ms;
 use keel_protocol::session::{SessionInfo, TurnInfo};
-use keel_protocol::Event;
 use keel_store::{Change, Store};
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;

@@ -76,8 +76,7 @@ pub fn token(dir: &Path) -> Result<(String, PathBuf)> {
         }
     }
     let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes)
-        .map_err(|e| RuntimeError::Config(format!("cannot generate a token: {e}")))?;
+    getrandom::fill(&mut bytes).map_err(|e| RuntimeError::Config(format!("cannot generate a token: {e}")))?;
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     let mut file = OpenOptions::new()
         .create(true)

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use keel_protocol::ids::new_id;
 use keel_protocol::rpc::{
-    code, DeltaNotification, EventNotification, EventsSubscribeResponse, Notification, Request, Response,
+    DeltaNotification, EventNotification, EventsSubscribeResponse, Notification, Request, Response, code,
 };
 use keel_runtime::{BusMessage, EventStream, Runtime};
 use serde_json::Value;
@@ -50,7 +50,8 @@ impl Connection {
         let value: Value = match serde_json::from_str(text) {
             Ok(value) => value,
             Err(e) => {
-                let error = plain(code::PARSE_ERROR, format!("parse error: {e}; send one JSON-RPC 2.0 message per line"));
+                let error =
+                    plain(code::PARSE_ERROR, format!("parse error: {e}; send one JSON-RPC 2.0 message per line"));
                 return encode(&Response::err(Value::Null, error));
             }
         };
@@ -84,11 +85,11 @@ impl Connection {
             let error = plain(code::INVALID_REQUEST, "invalid request: jsonrpc must be \"2.0\"");
             return Some(Response::err(id_hint, error));
         }
-        if let Some(id) = &request.id {
-            if !valid_id(id) {
-                let error = plain(code::INVALID_REQUEST, "invalid request: id must be a string, a number or null");
-                return Some(Response::err(Value::Null, error));
-            }
+        if let Some(id) = &request.id
+            && !valid_id(id)
+        {
+            let error = plain(code::INVALID_REQUEST, "invalid request: id must be a string, a number or null");
+            return Some(Response::err(Value::Null, error));
         }
         let outcome = dispatch::call(&self.runtime, self, &request.method, request.params).await;
         let id = request.id?;
@@ -120,13 +121,17 @@ impl Connection {
                     next = stream.next() => next,
                 };
                 let notification = match next {
-                    Ok(Some(BusMessage::Event(event))) => notification(
-                        "events/event",
-                        &EventNotification { subscription_id: id.clone(), event },
-                    ),
+                    Ok(Some(BusMessage::Event(event))) => {
+                        notification("events/event", &EventNotification { subscription_id: id.clone(), event })
+                    }
                     Ok(Some(BusMessage::Delta { turn_id, text })) => notification(
                         "events/delta",
-                        &DeltaNotification { subscription_id: id.clone(), session_id: session_id.clone(), turn_id, text },
+                        &DeltaNotification {
+                            subscription_id: id.clone(),
+                            session_id: session_id.clone(),
+                            turn_id,
+                            text,
+                        },
                     ),
                     Ok(None) => break,
                     Err(error) => {

@@ -1,13 +1,13 @@
 //! The method table: params in, result out.
 
 use keel_protocol::rpc::{
-    code, EventsSubscribeParams, EventsUnsubscribeParams, RpcError, SessionCreateParams, SessionCreateResponse,
-    SessionIdParams, SessionListResponse, TurnStartParams,
+    EventsSubscribeParams, EventsUnsubscribeParams, RpcError, SessionCreateParams, SessionCreateResponse,
+    SessionIdParams, SessionListResponse, TurnStartParams, code,
 };
 use keel_runtime::{NewSession, Runtime};
-use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
 
 use crate::connection::Connection;
 use crate::errors::{plain, to_rpc_error};
@@ -89,9 +89,8 @@ pub(crate) async fn call(
                 Err(plain(code::NOT_FOUND, format!("subscription {} not found", p.subscription_id)))
             }
         }
-        other => Err(plain(
-            code::METHOD_NOT_FOUND,
-            format!("unknown method {other:?}; methods: {}", METHODS.join(", ")),
-        )),
+        other => {
+            Err(plain(code::METHOD_NOT_FOUND, format!("unknown method {other:?}; methods: {}", METHODS.join(", "))))
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! Messages say what happened and what to do. Storage internals (SQL text,
 //! file paths of the database) are logged, never sent.
 
-use keel_protocol::rpc::{code, RpcError};
+use keel_protocol::rpc::{RpcError, code};
 use keel_runtime::RuntimeError;
 use keel_store::StoreError;
 use serde_json::json;

@@ -12,7 +12,12 @@ pub async fn serve_stdio(runtime: Runtime, shutdown: CancellationToken) -> std::
 }
 
 /// Serves one client on any line-oriented reader and writer.
-pub async fn serve_lines<R, W>(runtime: Runtime, reader: R, mut writer: W, shutdown: CancellationToken) -> std::io::Result<()>
+pub async fn serve_lines<R, W>(
+    runtime: Runtime,
+    reader: R,
+    mut writer: W,
+    shutdown: CancellationToken,
+) -> std::io::Result<()>
 where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -38,10 +43,10 @@ where
         if line.trim().is_empty() {
             continue;
         }
-        if let Some(response) = connection.handle_text(&line).await {
-            if connection.send(response).await.is_err() {
-                break;
-            }
+        if let Some(response) = connection.handle_text(&line).await
+            && connection.send(response).await.is_err()
+        {
+            break;
         }
     }
     connection.close().await;

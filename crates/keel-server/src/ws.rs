@@ -9,10 +9,10 @@ use std::net::SocketAddr;
 use futures_util::{SinkExt, StreamExt};
 use keel_runtime::Runtime;
 use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::StatusCode;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -74,6 +74,8 @@ async fn serve_client(
     shutdown: CancellationToken,
 ) -> Result<(), tokio_tungstenite::tungstenite::Error> {
     let _ = stream.set_nodelay(true);
+    // The handshake callback's signature is fixed by tungstenite.
+    #[allow(clippy::result_large_err)]
     let check = |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
         if authorized(request, token) {
             Ok(response)
@@ -111,10 +113,10 @@ async fn serve_client(
             };
             match message {
                 Some(Ok(Message::Text(text))) => {
-                    if let Some(response) = connection.handle_text(text.as_str()).await {
-                        if connection.send(response).await.is_err() {
-                            break;
-                        }
+                    if let Some(response) = connection.handle_text(text.as_str()).await
+                        && connection.send(response).await.is_err()
+                    {
+                        break;
                     }
                 }
                 Some(Ok(Message::Binary(_))) => {

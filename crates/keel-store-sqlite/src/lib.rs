@@ -22,7 +22,7 @@ mod read;
 mod write;
 
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
 use keel_protocol::session::{AttemptInfo, SessionInfo, ToolCallInfo, TurnInfo};
@@ -62,9 +62,10 @@ impl Drop for Inner {
         // Closing the channel ends the writer loop after it drains its queue.
         self.writer.take();
         if let Ok(mut slot) = self.writer_thread.lock()
-            && let Some(handle) = slot.take() {
-                let _ = handle.join();
-            }
+            && let Some(handle) = slot.take()
+        {
+            let _ = handle.join();
+        }
     }
 }
 
@@ -96,10 +97,7 @@ impl SqliteStore {
     pub fn open_read_only(state_dir: &Path) -> Result<SqliteStore> {
         let path = state_dir.join(DATABASE_FILE);
         if !path.exists() {
-            return Err(StoreError::Backend(format!(
-                "no keel database at {}; check --state",
-                path.display()
-            )));
+            return Err(StoreError::Backend(format!("no keel database at {}; check --state", path.display())));
         }
         let conn = open_reader(&path, true)?;
         migrations::check_version(&conn)?;
@@ -135,9 +133,10 @@ impl SqliteStore {
                 };
                 let result = f(&conn);
                 if let Ok(mut pool) = inner.readers.lock()
-                    && pool.len() < 4 {
-                        pool.push(conn);
-                    }
+                    && pool.len() < 4
+                {
+                    pool.push(conn);
+                }
                 result
             })
             .await
@@ -159,27 +158,19 @@ fn open_reader(path: &Path, read_only: bool) -> Result<Connection> {
 
 fn configure(conn: &Connection) -> Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(backend)?;
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-        .map_err(backend)?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)).map_err(backend)?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::Backend(format!(
             "the database could not switch to WAL mode (it is in {mode} mode); is the state directory on a network filesystem?"
         )));
     }
-    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
-        .map_err(backend)?;
+    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;").map_err(backend)?;
     Ok(())
 }
 
 pub(crate) fn backend(e: rusqlite::Error) -> StoreError {
     match &e {
-        rusqlite::Error::SqliteFailure(code, _)
-            if matches!(
-                code.code,
-                rusqlite::ErrorCode::ConstraintViolation
-            ) =>
-        {
+        rusqlite::Error::SqliteFailure(code, _) if matches!(code.code, rusqlite::ErrorCode::ConstraintViolation) => {
             StoreError::Rejected(e.to_string())
         }
         _ => StoreError::Backend(e.to_string()),

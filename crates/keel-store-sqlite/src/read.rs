@@ -3,7 +3,7 @@
 use keel_protocol::session::{AttemptInfo, SessionInfo, ToolCallInfo, TurnInfo};
 use keel_protocol::{AttemptStatus, Event, Item, ToolCallStatus, TurnStatus};
 use keel_store::{Result, StoreError};
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::backend;
 
@@ -53,9 +53,8 @@ pub fn sessions(conn: &Connection) -> Result<Vec<SessionInfo>> {
 }
 
 pub fn session(conn: &Connection, id: &str) -> Result<Option<SessionInfo>> {
-    let mut st = conn
-        .prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"))
-        .map_err(backend)?;
+    let mut st =
+        conn.prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1")).map_err(backend)?;
     st.query_row([id], session_row).optional().map_err(backend)?.transpose()
 }
 
@@ -72,8 +71,7 @@ fn turn_row(row: &Row<'_>) -> rusqlite::Result<Result<TurnInfo>> {
             id: row.get(0).map_err(backend)?,
             session_id: row.get(1).map_err(backend)?,
             submission_id: row.get(2).map_err(backend)?,
-            status: TurnStatus::parse(&status)
-                .ok_or_else(|| corrupt("turns", format!("unknown status {status}")))?,
+            status: TurnStatus::parse(&status).ok_or_else(|| corrupt("turns", format!("unknown status {status}")))?,
             steps: row.get(4).map_err(backend)?,
             history_start: history_start as u64,
             error: error.map(|e| json("turns", &e)).transpose()?,
@@ -85,9 +83,7 @@ fn turn_row(row: &Row<'_>) -> rusqlite::Result<Result<TurnInfo>> {
 }
 
 pub fn turn(conn: &Connection, id: &str) -> Result<Option<TurnInfo>> {
-    let mut st = conn
-        .prepare_cached(&format!("SELECT {TURN_COLUMNS} FROM turns WHERE id = ?1"))
-        .map_err(backend)?;
+    let mut st = conn.prepare_cached(&format!("SELECT {TURN_COLUMNS} FROM turns WHERE id = ?1")).map_err(backend)?;
     st.query_row([id], turn_row).optional().map_err(backend)?.transpose()
 }
 
@@ -126,9 +122,7 @@ pub fn history(conn: &Connection, session_id: &str, from: u64) -> Result<Vec<Ite
     let mut st = conn
         .prepare_cached("SELECT item FROM history WHERE session_id = ?1 AND idx >= ?2 ORDER BY idx")
         .map_err(backend)?;
-    let rows = st
-        .query_map(params![session_id, from as i64], |r| r.get::<_, String>(0))
-        .map_err(backend)?;
+    let rows = st.query_map(params![session_id, from as i64], |r| r.get::<_, String>(0)).map_err(backend)?;
     rows.map(|r| json("history", &r.map_err(backend)?)).collect()
 }
 

@@ -2,12 +2,12 @@
 
 use std::sync::mpsc;
 
-use keel_protocol::ids::now_ms;
 use keel_protocol::Event;
+use keel_protocol::ids::now_ms;
 use keel_store::{Change, Result, StoreError};
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::{backend, WriteJob, MAX_BATCH};
+use crate::{MAX_BATCH, WriteJob, backend};
 
 /// Runs until every sender is gone, committing queued changes in batches.
 pub(crate) fn writer_loop(mut conn: Connection, jobs: mpsc::Receiver<WriteJob>) {
@@ -215,9 +215,7 @@ fn append_events(conn: &Connection, change: &Change, now: i64) -> Result<Vec<Eve
         seq += 1;
         let kind = new.kind.as_str();
         let data = to_json(&new.data)?;
-        insert
-            .execute(params![change.session_id, seq as i64, kind, data, now])
-            .map_err(backend)?;
+        insert.execute(params![change.session_id, seq as i64, kind, data, now]).map_err(backend)?;
         events.push(Event {
             session_id: change.session_id.clone(),
             seq,

@@ -1,5 +1,7 @@
 //! The store contract: atomic changes, gap-free seqs, isolated failures.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use keel_protocol::session::SessionInfo;
 use keel_protocol::{CompactionSettings, EventKind, Item, Usage};
 use keel_store::{Change, Store, StoreError};

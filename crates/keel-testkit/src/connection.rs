@@ -46,21 +46,14 @@ pub(crate) async fn serve_connection(stream: TcpStream, state: Arc<ServerState>)
             Err(error) => {
                 if let Some((status, message)) = error.response() {
                     let headers = [("content-type".to_owned(), "text/plain".to_owned())];
-                    let _ = connection
-                        .write_response(status, &headers, message.as_bytes(), false)
-                        .await;
+                    let _ = connection.write_response(status, &headers, message.as_bytes(), false).await;
                 }
                 connection.shutdown().await;
                 return;
             }
         };
         let keep_alive = request.keep_alive;
-        let request = RecordedRequest::from_parts(
-            request.method,
-            request.path,
-            request.headers,
-            request.body,
-        );
+        let request = RecordedRequest::from_parts(request.method, request.path, request.headers, request.body);
         let number = state.record(&request);
         match respond(&mut connection, &state, &request, number, keep_alive).await {
             Ok(true) if keep_alive => {}
@@ -88,25 +81,18 @@ async fn respond(
     let Some(format) = WireFormat::for_path(&request.path) else {
         let message = format!("Invalid URL ({} {})", request.method, request.path);
         let body = openai_chat::error_body(&message, "invalid_request_error", None);
-        connection
-            .write_response(404, &json_headers(number), body.as_bytes(), keep_alive)
-            .await?;
+        connection.write_response(404, &json_headers(number), body.as_bytes(), keep_alive).await?;
         return Ok(true);
     };
     if request.method != "POST" {
-        let body =
-            openai_chat::error_body("Only POST is supported here", "invalid_request_error", None);
-        connection
-            .write_response(405, &json_headers(number), body.as_bytes(), keep_alive)
-            .await?;
+        let body = openai_chat::error_body("Only POST is supported here", "invalid_request_error", None);
+        connection.write_response(405, &json_headers(number), body.as_bytes(), keep_alive).await?;
         return Ok(true);
     }
     let Some(body) = &request.json else {
         let message = "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly.)";
         let body = openai_chat::error_body(message, "invalid_request_error", None);
-        connection
-            .write_response(400, &json_headers(number), body.as_bytes(), keep_alive)
-            .await?;
+        connection.write_response(400, &json_headers(number), body.as_bytes(), keep_alive).await?;
         return Ok(true);
     };
     let reply = state.next_reply(request);
@@ -133,22 +119,14 @@ async fn write_reply(
         }
         ReplyBody::Status { status, body } => {
             let is_json = serde_json::from_str::<Value>(&body).is_ok();
-            let content_type = if is_json {
-                "application/json"
-            } else {
-                "text/plain; charset=utf-8"
-            };
+            let content_type = if is_json { "application/json" } else { "text/plain; charset=utf-8" };
             headers.push(("content-type".to_owned(), content_type.to_owned()));
-            connection
-                .write_response(status, &headers, body.as_bytes(), keep_alive)
-                .await?;
+            connection.write_response(status, &headers, body.as_bytes(), keep_alive).await?;
             Ok(true)
         }
         ReplyBody::RawStream(bytes) => {
             push_stream_headers(&mut headers);
-            connection
-                .write_head(200, &headers, None, keep_alive)
-                .await?;
+            connection.write_head(200, &headers, None, keep_alive).await?;
             connection.write_chunk(&bytes).await?;
             connection.finish_chunked().await?;
             Ok(true)
@@ -157,28 +135,13 @@ async fn write_reply(
             WireFormat::OpenAiChat => {
                 let context = ChatContext {
                     completion_id: &format!("chatcmpl-mock{number}"),
-                    model: request_body
-                        .get("model")
-                        .and_then(Value::as_str)
-                        .unwrap_or("mock-model"),
-                    created: SystemTime::now()
-                        .duration_since(UNIX_EPOCH)
-                        .map(|d| d.as_secs())
-                        .unwrap_or(0),
-                    include_usage: request_body.pointer("/stream_options/include_usage")
-                        == Some(&Value::Bool(true)),
+                    model: request_body.get("model").and_then(Value::as_str).unwrap_or("mock-model"),
+                    created: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+                    include_usage: request_body.pointer("/stream_options/include_usage") == Some(&Value::Bool(true)),
                 };
                 if request_body.get("stream") == Some(&Value::Bool(true)) {
                     let events = openai_chat::stream_events(&output, &context);
-                    write_events(
-                        connection,
-                        &output,
-                        events,
-                        headers,
-                        reply.chunk_delay,
-                        keep_alive,
-                    )
-                    .await
+                    write_events(connection, &output, events, headers, reply.chunk_delay, keep_alive).await
                 } else {
                     write_completion(connection, &output, &context, headers, keep_alive).await
                 }
@@ -188,10 +151,7 @@ async fn write_reply(
 }
 
 fn push_stream_headers(headers: &mut Vec<(String, String)>) {
-    headers.push((
-        "content-type".to_owned(),
-        "text/event-stream; charset=utf-8".to_owned(),
-    ));
+    headers.push(("content-type".to_owned(), "text/event-stream; charset=utf-8".to_owned()));
     headers.push(("cache-control".to_owned(), "no-cache".to_owned()));
 }
 
@@ -205,17 +165,13 @@ async fn write_events(
     keep_alive: bool,
 ) -> io::Result<KeepOpen> {
     push_stream_headers(&mut headers);
-    connection
-        .write_head(200, &headers, None, keep_alive)
-        .await?;
+    connection.write_head(200, &headers, None, keep_alive).await?;
     let limit = output.cut.map_or(usize::MAX, |cut| cut.after_events);
     for (index, event) in events.iter().take(limit).enumerate() {
         if index > 0 && !chunk_delay.is_zero() {
             tokio::time::sleep(chunk_delay).await;
         }
-        connection
-            .write_chunk(format!("data: {event}\n\n").as_bytes())
-            .await?;
+        connection.write_chunk(format!("data: {event}\n\n").as_bytes()).await?;
     }
     if output.cut.is_some_and(|cut| !cut.clean) {
         // Dropping the connection mid-body: no terminating chunk.
@@ -242,8 +198,6 @@ async fn write_completion(
         Some(error) => (500, serde_json::json!({"error": error})),
         None => (200, openai_chat::completion(output, context)),
     };
-    connection
-        .write_response(status, &headers, body.to_string().as_bytes(), keep_alive)
-        .await?;
+    connection.write_response(status, &headers, body.to_string().as_bytes(), keep_alive).await?;
     Ok(true)
 }

@@ -47,16 +47,11 @@ impl HttpError {
     pub fn response(&self) -> Option<(u16, String)> {
         match self {
             HttpError::Malformed(what) => Some((400, format!("malformed request: {what}"))),
-            HttpError::HeadTooLarge => {
-                Some((431, format!("request head larger than {MAX_HEAD} bytes")))
+            HttpError::HeadTooLarge => Some((431, format!("request head larger than {MAX_HEAD} bytes"))),
+            HttpError::BodyTooLarge => Some((413, format!("request body larger than {MAX_BODY} bytes"))),
+            HttpError::UnsupportedTransferEncoding => {
+                Some((501, "only the chunked transfer-encoding is supported".to_owned()))
             }
-            HttpError::BodyTooLarge => {
-                Some((413, format!("request body larger than {MAX_BODY} bytes")))
-            }
-            HttpError::UnsupportedTransferEncoding => Some((
-                501,
-                "only the chunked transfer-encoding is supported".to_owned(),
-            )),
             HttpError::Io => None,
         }
     }
@@ -79,10 +74,7 @@ impl Connection {
     pub fn new(stream: TcpStream) -> Connection {
         // Responses are written in small pieces; Nagle would delay them.
         let _ = stream.set_nodelay(true);
-        Connection {
-            stream,
-            buffer: BytesMut::with_capacity(8 * 1024),
-        }
+        Connection { stream, buffer: BytesMut::with_capacity(8 * 1024) }
     }
 
     /// Reads more bytes into the buffer; `false` at end of stream.
@@ -103,32 +95,24 @@ impl Connection {
             if !self.fill().await? {
                 return match self.buffer.is_empty() {
                     true => Ok(None),
-                    false => Err(HttpError::Malformed(
-                        "the connection closed inside the request head",
-                    )),
+                    false => Err(HttpError::Malformed("the connection closed inside the request head")),
                 };
             }
         };
         let head = self.buffer.split_to(head_end);
-        let head = std::str::from_utf8(&head)
-            .map_err(|_| HttpError::Malformed("the head is not UTF-8"))?;
+        let head = std::str::from_utf8(&head).map_err(|_| HttpError::Malformed("the head is not UTF-8"))?;
         let mut lines = head.split("\r\n");
         let request_line = lines.next().unwrap_or_default();
         let mut parts = request_line.split(' ');
-        let (Some(method), Some(path), Some(version), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
+        let (Some(method), Some(path), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next())
         else {
-            return Err(HttpError::Malformed(
-                "the request line is not `METHOD TARGET HTTP/1.x`",
-            ));
+            return Err(HttpError::Malformed("the request line is not `METHOD TARGET HTTP/1.x`"));
         };
         let http10 = match version {
             "HTTP/1.1" => false,
             "HTTP/1.0" => true,
             _ => {
-                return Err(HttpError::Malformed(
-                    "only HTTP/1.0 and HTTP/1.1 are supported",
-                ));
+                return Err(HttpError::Malformed("only HTTP/1.0 and HTTP/1.1 are supported"));
             }
         };
         let mut headers = Vec::new();
@@ -136,48 +120,26 @@ impl Connection {
             if line.starts_with([' ', '\t']) {
                 return Err(HttpError::Malformed("obsolete header line folding"));
             }
-            let (name, value) = line
-                .split_once(':')
-                .ok_or(HttpError::Malformed("a header line has no colon"))?;
+            let (name, value) = line.split_once(':').ok_or(HttpError::Malformed("a header line has no colon"))?;
             headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
         }
-        let header = |name: &str| {
-            headers
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.as_str())
-        };
-        let connection = header("connection")
-            .unwrap_or_default()
-            .to_ascii_lowercase();
-        let keep_alive = if http10 {
-            connection.contains("keep-alive")
-        } else {
-            !connection.contains("close")
-        };
+        let header = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        let connection = header("connection").unwrap_or_default().to_ascii_lowercase();
+        let keep_alive = if http10 { connection.contains("keep-alive") } else { !connection.contains("close") };
         if header("expect").is_some_and(|value| value.eq_ignore_ascii_case("100-continue")) {
             self.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
         }
         let body = match (header("transfer-encoding"), header("content-length")) {
-            (Some(coding), _) if coding.eq_ignore_ascii_case("chunked") => {
-                self.read_chunked_body().await?
-            }
+            (Some(coding), _) if coding.eq_ignore_ascii_case("chunked") => self.read_chunked_body().await?,
             (Some(_), _) => return Err(HttpError::UnsupportedTransferEncoding),
             (None, Some(length)) => {
-                let length: usize = length
-                    .parse()
-                    .map_err(|_| HttpError::Malformed("Content-Length is not a number"))?;
+                let length: usize =
+                    length.parse().map_err(|_| HttpError::Malformed("Content-Length is not a number"))?;
                 self.read_exact(length).await?
             }
             (None, None) => Vec::new(),
         };
-        Ok(Some(Request {
-            method: method.to_owned(),
-            path: path.to_owned(),
-            headers,
-            body,
-            keep_alive,
-        }))
+        Ok(Some(Request { method: method.to_owned(), path: path.to_owned(), headers, body, keep_alive }))
     }
 
     async fn read_exact(&mut self, length: usize) -> Result<Vec<u8>, HttpError> {
@@ -186,9 +148,7 @@ impl Connection {
         }
         while self.buffer.len() < length {
             if !self.fill().await? {
-                return Err(HttpError::Malformed(
-                    "the connection closed inside the body",
-                ));
+                return Err(HttpError::Malformed("the connection closed inside the body"));
             }
         }
         Ok(self.buffer.split_to(length).to_vec())
@@ -199,16 +159,13 @@ impl Connection {
             if let Some(end) = find(&self.buffer, b"\r\n") {
                 let line = self.buffer.split_to(end);
                 self.buffer.advance(2);
-                return String::from_utf8(line.to_vec())
-                    .map_err(|_| HttpError::Malformed("a chunk line is not UTF-8"));
+                return String::from_utf8(line.to_vec()).map_err(|_| HttpError::Malformed("a chunk line is not UTF-8"));
             }
             if self.buffer.len() > MAX_HEAD {
                 return Err(HttpError::HeadTooLarge);
             }
             if !self.fill().await? {
-                return Err(HttpError::Malformed(
-                    "the connection closed inside a chunked body",
-                ));
+                return Err(HttpError::Malformed("the connection closed inside a chunked body"));
             }
         }
     }
@@ -218,8 +175,7 @@ impl Connection {
         loop {
             let line = self.read_line().await?;
             let size = line.split(';').next().unwrap_or_default().trim();
-            let size = usize::from_str_radix(size, 16)
-                .map_err(|_| HttpError::Malformed("a chunk size is not hex"))?;
+            let size = usize::from_str_radix(size, 16).map_err(|_| HttpError::Malformed("a chunk size is not hex"))?;
             if size == 0 {
                 // Trailers, if any, up to the empty line.
                 while !self.read_line().await?.is_empty() {}
@@ -289,8 +245,7 @@ impl Connection {
         body: &[u8],
         keep_alive: bool,
     ) -> io::Result<()> {
-        self.write_head(status, headers, Some(body.len()), keep_alive)
-            .await?;
+        self.write_head(status, headers, Some(body.len()), keep_alive).await?;
         self.write_all(body).await
     }
 
@@ -301,9 +256,7 @@ impl Connection {
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack
-        .windows(needle.len())
-        .position(|window| window == needle)
+    haystack.windows(needle.len()).position(|window| window == needle)
 }
 
 fn reason(status: u16) -> &'static str {

@@ -49,8 +49,7 @@ fn finish_reason(output: &ModelOutput) -> &str {
 /// The `data:` payloads of a streamed response, in order, ending with
 /// `[DONE]` unless the output says otherwise. Cuts are applied by the caller.
 pub(crate) fn stream_events(output: &ModelOutput, context: &ChatContext<'_>) -> Vec<String> {
-    let mut events =
-        vec![context.delta(json!({"role": "assistant", "content": "", "refusal": null}))];
+    let mut events = vec![context.delta(json!({"role": "assistant", "content": "", "refusal": null}))];
     for text in &output.text_deltas {
         events.push(context.delta(json!({"content": text})));
     }
@@ -62,9 +61,7 @@ pub(crate) fn stream_events(output: &ModelOutput, context: &ChatContext<'_>) -> 
             "function": {"name": call.name, "arguments": ""},
         }]})));
         for fragment in split_in_three(&call.arguments) {
-            events.push(context.delta(
-                json!({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}),
-            ));
+            events.push(context.delta(json!({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})));
         }
     }
     if let Some(error) = &output.stream_error {
@@ -148,39 +145,22 @@ mod tests {
     }
 
     fn context(include_usage: bool) -> ChatContext<'static> {
-        ChatContext {
-            completion_id: "chatcmpl-1",
-            model: "m",
-            created: 7,
-            include_usage,
-        }
+        ChatContext { completion_id: "chatcmpl-1", model: "m", created: 7, include_usage }
     }
 
     fn parse(events: &[String]) -> Vec<Value> {
-        events
-            .iter()
-            .map(|e| serde_json::from_str(e).unwrap_or_else(|_| Value::String(e.clone())))
-            .collect()
+        events.iter().map(|e| serde_json::from_str(e).unwrap_or_else(|_| Value::String(e.clone()))).collect()
     }
 
     #[test]
     fn a_text_stream_has_role_deltas_finish_usage_and_done() {
-        let events = parse(&stream_events(
-            &output(Reply::text("Hi there")),
-            &context(true),
-        ));
+        let events = parse(&stream_events(&output(Reply::text("Hi there")), &context(true)));
         assert_eq!(events.len(), 6);
         assert_eq!(events[0]["object"], "chat.completion.chunk");
-        assert_eq!(
-            events[0]["choices"][0]["delta"],
-            json!({"role": "assistant", "content": "", "refusal": null})
-        );
+        assert_eq!(events[0]["choices"][0]["delta"], json!({"role": "assistant", "content": "", "refusal": null}));
         assert_eq!(events[1]["choices"][0]["delta"], json!({"content": "Hi"}));
         assert_eq!(events[1]["usage"], Value::Null);
-        assert_eq!(
-            events[2]["choices"][0]["delta"],
-            json!({"content": " there"})
-        );
+        assert_eq!(events[2]["choices"][0]["delta"], json!({"content": " there"}));
         assert_eq!(events[3]["choices"][0]["finish_reason"], "stop");
         assert_eq!(events[4]["choices"], json!([]));
         assert_eq!(events[4]["usage"]["prompt_tokens"], 10);
@@ -196,32 +176,16 @@ mod tests {
 
     #[test]
     fn a_tool_call_streams_id_and_name_once_then_argument_fragments() {
-        let events = parse(&stream_events(
-            &output(Reply::tool_call("c1", "write", r#"{"a":1}"#)),
-            &context(true),
-        ));
-        let calls: Vec<&Value> = events
-            .iter()
-            .filter_map(|e| e["choices"][0]["delta"].get("tool_calls"))
-            .collect();
+        let events = parse(&stream_events(&output(Reply::tool_call("c1", "write", r#"{"a":1}"#)), &context(true)));
+        let calls: Vec<&Value> = events.iter().filter_map(|e| e["choices"][0]["delta"].get("tool_calls")).collect();
         assert_eq!(calls.len(), 4);
         assert_eq!(
             calls[0],
             &json!([{"index": 0, "id": "c1", "type": "function", "function": {"name": "write", "arguments": ""}}])
         );
-        let arguments: String = calls[1..]
-            .iter()
-            .filter_map(|c| c[0]["function"]["arguments"].as_str())
-            .collect();
+        let arguments: String = calls[1..].iter().filter_map(|c| c[0]["function"]["arguments"].as_str()).collect();
         assert_eq!(arguments, r#"{"a":1}"#);
-        assert!(
-            calls[1..]
-                .iter()
-                .all(|c| c[0].get("id").is_none() && c[0]["function"].get("name").is_none())
-        );
-        assert_eq!(
-            events[events.len() - 3]["choices"][0]["finish_reason"],
-            "tool_calls"
-        );
+        assert!(calls[1..].iter().all(|c| c[0].get("id").is_none() && c[0]["function"].get("name").is_none()));
+        assert_eq!(events[events.len() - 3]["choices"][0]["finish_reason"], "tool_calls");
     }
 }

@@ -17,28 +17,14 @@ pub struct RecordedRequest {
 }
 
 impl RecordedRequest {
-    pub fn from_parts(
-        method: String,
-        path: String,
-        headers: Vec<(String, String)>,
-        body: Vec<u8>,
-    ) -> RecordedRequest {
+    pub fn from_parts(method: String, path: String, headers: Vec<(String, String)>, body: Vec<u8>) -> RecordedRequest {
         let json = serde_json::from_slice(&body).ok();
-        RecordedRequest {
-            method,
-            path,
-            headers,
-            body,
-            json,
-        }
+        RecordedRequest { method, path, headers, body, json }
     }
 
     /// The first value of a header, by case-insensitive name.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
     /// The `messages` array of a Chat Completions (or Anthropic Messages)
@@ -55,12 +41,7 @@ impl RecordedRequest {
     /// (a Chat `tool` message, a Responses `function_call_output` item, an
     /// Anthropic user message of `tool_result` blocks).
     pub fn last_message_role(&self) -> Option<&str> {
-        if let Some(input) = self
-            .json
-            .as_ref()
-            .and_then(|j| j.get("input"))
-            .filter(|input| input.is_string())
-        {
+        if let Some(input) = self.json.as_ref().and_then(|j| j.get("input")).filter(|input| input.is_string()) {
             return input.as_str().map(|_| "user");
         }
         let last = self.messages().last()?;
@@ -71,16 +52,8 @@ impl RecordedRequest {
         let has_tool_result = last
             .get("content")
             .and_then(Value::as_array)
-            .is_some_and(|blocks| {
-                blocks
-                    .iter()
-                    .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
-            });
-        Some(if role == "user" && has_tool_result {
-            "tool"
-        } else {
-            role
-        })
+            .is_some_and(|blocks| blocks.iter().any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result")));
+        Some(if role == "user" && has_tool_result { "tool" } else { role })
     }
 }
 
@@ -91,12 +64,7 @@ mod tests {
     use super::*;
 
     fn request(body: Value) -> RecordedRequest {
-        RecordedRequest::from_parts(
-            "POST".into(),
-            "/v1/x".into(),
-            vec![],
-            body.to_string().into_bytes(),
-        )
+        RecordedRequest::from_parts("POST".into(), "/v1/x".into(), vec![], body.to_string().into_bytes())
     }
 
     #[test]
@@ -105,18 +73,12 @@ mod tests {
             json!({"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "c", "content": "ok"}]}),
         );
         assert_eq!(chat.last_message_role(), Some("tool"));
-        let responses = request(
-            json!({"input": [{"type": "function_call_output", "call_id": "c", "output": "ok"}]}),
-        );
+        let responses = request(json!({"input": [{"type": "function_call_output", "call_id": "c", "output": "ok"}]}));
         assert_eq!(responses.last_message_role(), Some("tool"));
-        let anthropic = request(
-            json!({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]}),
-        );
+        let anthropic =
+            request(json!({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]}));
         assert_eq!(anthropic.last_message_role(), Some("tool"));
-        assert_eq!(
-            request(json!({"input": "hello"})).last_message_role(),
-            Some("user")
-        );
+        assert_eq!(request(json!({"input": "hello"})).last_message_role(), Some("user"));
         assert_eq!(request(json!({"messages": []})).last_message_role(), None);
     }
 

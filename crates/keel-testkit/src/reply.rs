@@ -72,16 +72,8 @@ pub struct ToolCall {
 }
 
 impl ToolCall {
-    pub fn new(
-        call_id: impl Into<String>,
-        name: impl Into<String>,
-        arguments: impl Into<String>,
-    ) -> ToolCall {
-        ToolCall {
-            call_id: call_id.into(),
-            name: name.into(),
-            arguments: arguments.into(),
-        }
+    pub fn new(call_id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> ToolCall {
+        ToolCall { call_id: call_id.into(), name: name.into(), arguments: arguments.into() }
     }
 }
 
@@ -97,23 +89,13 @@ pub struct ScriptedUsage {
 /// 10 prompt tokens and 5 completion tokens, none cached or reasoning.
 impl Default for ScriptedUsage {
     fn default() -> Self {
-        ScriptedUsage {
-            prompt_tokens: 10,
-            completion_tokens: 5,
-            cached_tokens: 0,
-            reasoning_tokens: 0,
-        }
+        ScriptedUsage { prompt_tokens: 10, completion_tokens: 5, cached_tokens: 0, reasoning_tokens: 0 }
     }
 }
 
 impl Reply {
     fn new(body: ReplyBody) -> Reply {
-        Reply {
-            body,
-            headers: Vec::new(),
-            first_byte_delay: Duration::ZERO,
-            chunk_delay: Duration::ZERO,
-        }
+        Reply { body, headers: Vec::new(), first_byte_delay: Duration::ZERO, chunk_delay: Duration::ZERO }
     }
 
     fn model(text_deltas: Vec<String>, tool_calls: Vec<ToolCall>) -> Reply {
@@ -142,11 +124,7 @@ impl Reply {
 
     /// One tool call: id and name in the first fragment, the arguments in at
     /// least three more, then `tool_calls`, usage and `[DONE]`.
-    pub fn tool_call(
-        call_id: impl Into<String>,
-        name: impl Into<String>,
-        arguments: impl Into<String>,
-    ) -> Reply {
+    pub fn tool_call(call_id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Reply {
         Reply::tool_calls([ToolCall::new(call_id, name, arguments)])
     }
 
@@ -158,10 +136,7 @@ impl Reply {
     /// An HTTP error (or any status) with this body, sent with a
     /// Content-Length. JSON bodies get `Content-Type: application/json`.
     pub fn status(status: u16, body: impl Into<String>) -> Reply {
-        Reply::new(ReplyBody::Status {
-            status,
-            body: body.into(),
-        })
+        Reply::new(ReplyBody::Status { status, body: body.into() })
     }
 
     /// An error in OpenAI's shape:
@@ -224,11 +199,7 @@ impl Reply {
         name: impl Into<String>,
         arguments: impl Into<String>,
     ) -> Reply {
-        self.map_output(|output| {
-            output
-                .tool_calls
-                .push(ToolCall::new(call_id, name, arguments))
-        })
+        self.map_output(|output| output.tool_calls.push(ToolCall::new(call_id, name, arguments)))
     }
 
     /// Overrides the finish reason, e.g. `length` or `content_filter`.
@@ -260,23 +231,13 @@ impl Reply {
     /// Sends only the first `events` stream events (the first is the
     /// `role` chunk), then drops the connection in the middle of the body.
     pub fn cut_after(self, events: usize) -> Reply {
-        self.map_output(|output| {
-            output.cut = Some(Cut {
-                after_events: events,
-                clean: false,
-            })
-        })
+        self.map_output(|output| output.cut = Some(Cut { after_events: events, clean: false }))
     }
 
     /// Sends only the first `events` stream events, then ends the HTTP body
     /// properly, as a server that gives up politely would.
     pub fn end_after(self, events: usize) -> Reply {
-        self.map_output(|output| {
-            output.cut = Some(Cut {
-                after_events: events,
-                clean: true,
-            })
-        })
+        self.map_output(|output| output.cut = Some(Cut { after_events: events, clean: true }))
     }
 }
 
@@ -294,11 +255,7 @@ pub(crate) fn split_text(text: &str) -> Vec<String> {
     if start < text.len() {
         pieces.push(text[start..].to_owned());
     }
-    if pieces.len() == 1 {
-        split_in_three(text)
-    } else {
-        pieces
-    }
+    if pieces.len() == 1 { split_in_three(text) } else { pieces }
 }
 
 /// Splits `text` at char boundaries into three non-empty pieces, or fewer
@@ -310,11 +267,7 @@ pub(crate) fn split_in_three(text: &str) -> Vec<String> {
     }
     let first = chars[chars.len() / 3].0;
     let second = chars[2 * chars.len() / 3].0;
-    vec![
-        text[..first].to_owned(),
-        text[first..second].to_owned(),
-        text[second..].to_owned(),
-    ]
+    vec![text[..first].to_owned(), text[first..second].to_owned(), text[second..].to_owned()]
 }
 
 #[cfg(test)]
@@ -323,10 +276,7 @@ mod tests {
 
     #[test]
     fn text_splits_into_words_or_word_pieces() {
-        assert_eq!(
-            split_text("Hello from keel"),
-            vec!["Hello", " from", " keel"]
-        );
+        assert_eq!(split_text("Hello from keel"), vec!["Hello", " from", " keel"]);
         assert_eq!(split_text("a  b\n"), vec!["a", "  b", "\n"]);
         assert_eq!(split_text("hello"), vec!["h", "el", "lo"]);
         assert_eq!(split_text("hé"), vec!["h", "é"]);

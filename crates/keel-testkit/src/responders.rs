@@ -32,11 +32,7 @@ pub fn tool_then_answer_with(
     move |request| match request.last_message_role() {
         Some("user") => {
             let number = calls.fetch_add(1, Ordering::Relaxed) + 1;
-            Reply::tool_call(
-                format!("call_{number}"),
-                tool_name.as_str(),
-                arguments.as_str(),
-            )
+            Reply::tool_call(format!("call_{number}"), tool_name.as_str(), arguments.as_str())
         }
         _ => Reply::text(&answer),
     }
@@ -55,10 +51,7 @@ pub fn unscripted() -> impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'stati
             "keel mock server: no scripted reply left for {} {}; push a Reply or set a fallback responder",
             request.method, request.path
         );
-        Reply::status(
-            400,
-            error_body(&message, "mock_unscripted", Some("mock_unscripted")),
-        )
+        Reply::status(400, error_body(&message, "mock_unscripted", Some("mock_unscripted")))
     }
 }
 
@@ -71,25 +64,14 @@ mod tests {
 
     fn request(last_role: &str) -> RecordedRequest {
         let body = json!({"messages": [{"role": "system", "content": "s"}, {"role": last_role, "content": "x"}]});
-        RecordedRequest::from_parts(
-            "POST".into(),
-            "/v1/chat/completions".into(),
-            vec![],
-            body.to_string().into_bytes(),
-        )
+        RecordedRequest::from_parts("POST".into(), "/v1/chat/completions".into(), vec![], body.to_string().into_bytes())
     }
 
     #[test]
     fn a_user_turn_gets_a_tool_call_and_a_tool_result_gets_the_answer() {
         let responder = tool_then_answer_with("write_file", "{}", "All done");
-        assert_eq!(
-            responder(&request("user")),
-            Reply::tool_call("call_1", "write_file", "{}")
-        );
-        assert_eq!(
-            responder(&request("user")),
-            Reply::tool_call("call_2", "write_file", "{}")
-        );
+        assert_eq!(responder(&request("user")), Reply::tool_call("call_1", "write_file", "{}"));
+        assert_eq!(responder(&request("user")), Reply::tool_call("call_2", "write_file", "{}"));
         assert_eq!(responder(&request("tool")), Reply::text("All done"));
     }
 

@@ -48,9 +48,7 @@ pub(crate) struct ServerState {
 
 impl std::fmt::Debug for ServerState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerState")
-            .field("request_count", &self.request_count)
-            .finish_non_exhaustive()
+        f.debug_struct("ServerState").field("request_count", &self.request_count).finish_non_exhaustive()
     }
 }
 
@@ -112,20 +110,14 @@ impl MockServerBuilder {
         let addr = listener.local_addr()?;
         let state = Arc::new(ServerState {
             queue: Mutex::new(self.replies),
-            fallback: self
-                .fallback
-                .unwrap_or_else(|| Arc::new(responders::unscripted())),
+            fallback: self.fallback.unwrap_or_else(|| Arc::new(responders::unscripted())),
             recorded: Mutex::new(Vec::new()),
             record_requests: self.record_requests,
             request_count: AtomicU64::new(0),
             connection_count: AtomicU64::new(0),
         });
         let accept_loop = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
-        Ok(MockServer {
-            addr,
-            state,
-            accept_loop,
-        })
+        Ok(MockServer { addr, state, accept_loop })
     }
 }
 

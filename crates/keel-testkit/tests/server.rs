@@ -1,6 +1,8 @@
 //! The mock server on the wire, checked with a raw TCP client so framing
 //! (keep-alive, chunked bodies, abrupt cuts) is observed byte for byte.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
@@ -21,10 +23,7 @@ struct Response {
 
 impl Response {
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
     fn text(&self) -> String {
@@ -33,11 +32,7 @@ impl Response {
 
     /// The `data:` payloads of an event-stream body.
     fn events(&self) -> Vec<String> {
-        self.text()
-            .split("\n\n")
-            .filter_map(|e| e.strip_prefix("data: "))
-            .map(str::to_owned)
-            .collect()
+        self.text().split("\n\n").filter_map(|e| e.strip_prefix("data: ")).map(str::to_owned).collect()
     }
 }
 
@@ -47,9 +42,7 @@ struct Client {
 
 impl Client {
     async fn connect(server: &MockServer) -> anyhow::Result<Client> {
-        Ok(Client {
-            reader: BufReader::new(TcpStream::connect(server.addr()).await?),
-        })
+        Ok(Client { reader: BufReader::new(TcpStream::connect(server.addr()).await?) })
     }
 
     async fn send(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
@@ -76,15 +69,8 @@ impl Client {
     }
 
     async fn response(&mut self) -> anyhow::Result<Response> {
-        let status_line = self
-            .line()
-            .await?
-            .context("the connection closed before a response")?;
-        let status = status_line
-            .split(' ')
-            .nth(1)
-            .context("no status")?
-            .parse()?;
+        let status_line = self.line().await?.context("the connection closed before a response")?;
+        let status = status_line.split(' ').nth(1).context("no status")?.parse()?;
         let mut headers = Vec::new();
         while let Some(line) = self.line().await? {
             if line.is_empty() {
@@ -93,12 +79,7 @@ impl Client {
             let (name, value) = line.split_once(':').context("bad header")?;
             headers.push((name.to_ascii_lowercase(), value.trim().to_owned()));
         }
-        let mut response = Response {
-            status,
-            headers,
-            body: Vec::new(),
-            complete: true,
-        };
+        let mut response = Response { status, headers, body: Vec::new(), complete: true };
         if let Some(length) = response.header("content-length") {
             response.body = vec![0; length.parse()?];
             self.reader.read_exact(&mut response.body).await?;
@@ -144,10 +125,7 @@ async fn many_requests_share_one_keep_alive_connection() -> anyhow::Result<()> {
     for _ in 0..3 {
         let response = client.post("/v1/chat/completions", &chat(true)).await?;
         assert_eq!(response.status, 200);
-        assert_eq!(
-            response.header("content-type"),
-            Some("text/event-stream; charset=utf-8")
-        );
+        assert_eq!(response.header("content-type"), Some("text/event-stream; charset=utf-8"));
         assert!(response.complete);
         assert_eq!(response.events().last().map(String::as_str), Some("[DONE]"));
     }
@@ -157,18 +135,12 @@ async fn many_requests_share_one_keep_alive_connection() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn requests_are_recorded_with_headers_and_json() -> anyhow::Result<()> {
-    let server = MockServer::builder()
-        .reply(Reply::text("ok"))
-        .start()
-        .await?;
+    let server = MockServer::builder().reply(Reply::text("ok")).start().await?;
     let mut client = Client::connect(&server).await?;
     client.post("/v1/chat/completions", &chat(true)).await?;
     let requests = server.requests();
     assert_eq!(requests.len(), 1);
-    assert_eq!(
-        (requests[0].method.as_str(), requests[0].path.as_str()),
-        ("POST", "/v1/chat/completions")
-    );
+    assert_eq!((requests[0].method.as_str(), requests[0].path.as_str()), ("POST", "/v1/chat/completions"));
     assert_eq!(requests[0].header("Content-Type"), Some("application/json"));
     assert_eq!(requests[0].json, Some(chat(true)));
     assert_eq!(requests[0].last_message_role(), Some("user"));
@@ -177,22 +149,17 @@ async fn requests_are_recorded_with_headers_and_json() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn chunked_request_bodies_and_expect_continue_are_supported() -> anyhow::Result<()> {
-    let server = MockServer::builder()
-        .reply(Reply::text("ok"))
-        .start()
-        .await?;
+    let server = MockServer::builder().reply(Reply::text("ok")).start().await?;
     let mut client = Client::connect(&server).await?;
     let body = chat(false).to_string();
     let (first, second) = body.split_at(10);
-    let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nexpect: 100-continue\r\n\r\n";
+    let head =
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nexpect: 100-continue\r\n\r\n";
     client.send(head.as_bytes()).await?;
     let interim = client.response().await?;
     assert_eq!(interim.status, 100);
-    let chunks = format!(
-        "{:x};ext=1\r\n{first}\r\n{:x}\r\n{second}\r\n0\r\ntrailer: x\r\n\r\n",
-        first.len(),
-        second.len()
-    );
+    let chunks =
+        format!("{:x};ext=1\r\n{first}\r\n{:x}\r\n{second}\r\n0\r\ntrailer: x\r\n\r\n", first.len(), second.len());
     client.send(chunks.as_bytes()).await?;
     let response = client.response().await?;
     assert_eq!(response.status, 200);
@@ -202,14 +169,8 @@ async fn chunked_request_bodies_and_expect_continue_are_supported() -> anyhow::R
 
 #[tokio::test]
 async fn a_non_streaming_request_gets_one_completion_object() -> anyhow::Result<()> {
-    let server = MockServer::builder()
-        .reply(Reply::tool_call("call_1", "write_file", "{}"))
-        .start()
-        .await?;
-    let response = Client::connect(&server)
-        .await?
-        .post("/v1/chat/completions", &chat(false))
-        .await?;
+    let server = MockServer::builder().reply(Reply::tool_call("call_1", "write_file", "{}")).start().await?;
+    let response = Client::connect(&server).await?.post("/v1/chat/completions", &chat(false)).await?;
     let body: Value = serde_json::from_slice(&response.body)?;
     assert_eq!(response.header("content-type"), Some("application/json"));
     assert_eq!(body["object"], "chat.completion");
@@ -225,10 +186,7 @@ async fn a_non_streaming_request_gets_one_completion_object() -> anyhow::Result<
 #[tokio::test]
 async fn status_replies_carry_their_headers_and_keep_the_connection() -> anyhow::Result<()> {
     let server = MockServer::builder()
-        .reply(
-            Reply::status(429, r#"{"error":{"code":"rate_limit_exceeded"}}"#)
-                .with_header("Retry-After", "2"),
-        )
+        .reply(Reply::status(429, r#"{"error":{"code":"rate_limit_exceeded"}}"#).with_header("Retry-After", "2"))
         .reply(Reply::text("ok"))
         .start()
         .await?;
@@ -237,36 +195,17 @@ async fn status_replies_carry_their_headers_and_keep_the_connection() -> anyhow:
     assert_eq!(response.status, 429);
     assert_eq!(response.header("retry-after"), Some("2"));
     assert_eq!(response.header("content-type"), Some("application/json"));
-    assert_eq!(
-        response.text(),
-        r#"{"error":{"code":"rate_limit_exceeded"}}"#
-    );
-    assert_eq!(
-        client
-            .post("/v1/chat/completions", &chat(true))
-            .await?
-            .status,
-        200
-    );
+    assert_eq!(response.text(), r#"{"error":{"code":"rate_limit_exceeded"}}"#);
+    assert_eq!(client.post("/v1/chat/completions", &chat(true)).await?.status, 200);
     Ok(())
 }
 
 #[tokio::test]
 async fn unknown_paths_get_404_without_consuming_a_reply() -> anyhow::Result<()> {
-    let server = MockServer::builder()
-        .reply(Reply::text("ok"))
-        .start()
-        .await?;
-    let response = Client::connect(&server)
-        .await?
-        .post("/v1/nope", &chat(true))
-        .await?;
+    let server = MockServer::builder().reply(Reply::text("ok")).start().await?;
+    let response = Client::connect(&server).await?.post("/v1/nope", &chat(true)).await?;
     assert_eq!(response.status, 404);
-    assert!(
-        response.text().contains("Invalid URL (POST /v1/nope)"),
-        "{}",
-        response.text()
-    );
+    assert!(response.text().contains("Invalid URL (POST /v1/nope)"), "{}", response.text());
     assert_eq!(server.pending_replies(), 1);
     Ok(())
 }
@@ -274,25 +213,15 @@ async fn unknown_paths_get_404_without_consuming_a_reply() -> anyhow::Result<()>
 #[tokio::test]
 async fn without_a_scripted_reply_the_default_fallback_says_so() -> anyhow::Result<()> {
     let server = MockServer::start().await?;
-    let response = Client::connect(&server)
-        .await?
-        .post("/v1/chat/completions", &chat(true))
-        .await?;
+    let response = Client::connect(&server).await?.post("/v1/chat/completions", &chat(true)).await?;
     assert_eq!(response.status, 400);
-    assert!(
-        response.text().contains("no scripted reply left"),
-        "{}",
-        response.text()
-    );
+    assert!(response.text().contains("no scripted reply left"), "{}", response.text());
     Ok(())
 }
 
 #[tokio::test]
 async fn cut_after_drops_the_connection_mid_body() -> anyhow::Result<()> {
-    let server = MockServer::builder()
-        .reply(Reply::text("Hello from keel").cut_after(2))
-        .start()
-        .await?;
+    let server = MockServer::builder().reply(Reply::text("Hello from keel").cut_after(2)).start().await?;
     let mut client = Client::connect(&server).await?;
     let response = client.post("/v1/chat/completions", &chat(true)).await?;
     assert!(!response.complete);
@@ -315,23 +244,15 @@ async fn end_after_and_without_done_end_the_body_cleanly() -> anyhow::Result<()>
     let response = client.post("/v1/chat/completions", &chat(true)).await?;
     assert!(response.complete);
     let events = response.events();
-    assert!(
-        events.last().is_some_and(|e| e.contains("prompt_tokens")),
-        "{events:?}"
-    );
+    assert!(events.last().is_some_and(|e| e.contains("prompt_tokens")), "{events:?}");
     Ok(())
 }
 
 #[tokio::test]
 async fn raw_replies_write_bytes_and_close() -> anyhow::Result<()> {
-    let server = MockServer::builder()
-        .reply(Reply::raw("garbage\r\n"))
-        .start()
-        .await?;
+    let server = MockServer::builder().reply(Reply::raw("garbage\r\n")).start().await?;
     let mut client = Client::connect(&server).await?;
-    client
-        .send(b"POST /v1/chat/completions HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}")
-        .await?;
+    client.send(b"POST /v1/chat/completions HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}").await?;
     assert_eq!(client.line().await?, Some("garbage".to_owned()));
     assert!(client.is_closed().await?);
     Ok(())
@@ -356,10 +277,7 @@ async fn after_shutdown_the_port_refuses_connections() -> anyhow::Result<()> {
     server.shutdown().await;
     match TcpStream::connect(addr).await {
         Ok(_) => bail!("the port still accepts connections"),
-        Err(error) => ensure!(
-            error.kind() == std::io::ErrorKind::ConnectionRefused,
-            "{error}"
-        ),
+        Err(error) => ensure!(error.kind() == std::io::ErrorKind::ConnectionRefused, "{error}"),
     }
     Ok(())
 }
@@ -375,26 +293,17 @@ async fn the_binary_prints_its_url_and_serves_the_demo_script() -> anyhow::Resul
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line).await?;
     let base_url = line.trim();
-    let addr = base_url
-        .strip_prefix("http://")
-        .and_then(|rest| rest.strip_suffix("/v1"))
-        .context(line.clone())?;
-    let mut client = Client {
-        reader: BufReader::new(TcpStream::connect(addr).await?),
-    };
+    let addr = base_url.strip_prefix("http://").and_then(|rest| rest.strip_suffix("/v1")).context(line.clone())?;
+    let mut client = Client { reader: BufReader::new(TcpStream::connect(addr).await?) };
     let response = client.post("/v1/chat/completions", &chat(false)).await?;
     let body: Value = serde_json::from_slice(&response.body)?;
     let call = &body["choices"][0]["message"]["tool_calls"][0]["function"];
     assert_eq!(call["name"], "write_file");
     let arguments: Value = serde_json::from_str(call["arguments"].as_str().unwrap_or_default())?;
-    assert_eq!(
-        arguments,
-        json!({"path": "hello.txt", "content": "Hello from keel"})
-    );
+    assert_eq!(arguments, json!({"path": "hello.txt", "content": "Hello from keel"}));
 
     let answer = json!({"model": "m", "messages": [{"role": "tool", "tool_call_id": "call_1", "content": "ok"}]});
-    let body: Value =
-        serde_json::from_slice(&client.post("/v1/chat/completions", &answer).await?.body)?;
+    let body: Value = serde_json::from_slice(&client.post("/v1/chat/completions", &answer).await?.body)?;
     assert_eq!(body["choices"][0]["finish_reason"], "stop");
     child.kill().await?;
     Ok(())

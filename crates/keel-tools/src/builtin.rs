@@ -1,7 +1,7 @@
 //! The built-in workspace tools: `read_file`, `write_file`, `list_dir`.
 
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::workspace::resolve;
 use crate::{BoxFuture, Tool, ToolContext, ToolOutput, ToolSpec};
@@ -102,9 +102,10 @@ impl Tool for WriteFile {
                 Err(e) => return ToolOutput::error(e.to_string()),
             };
             if let Some(parent) = path.parent()
-                && let Err(e) = tokio::fs::create_dir_all(parent).await {
-                    return ToolOutput::error(format!("cannot create the folder for {}: {e}", args.path));
-                }
+                && let Err(e) = tokio::fs::create_dir_all(parent).await
+            {
+                return ToolOutput::error(format!("cannot create the folder for {}: {e}", args.path));
+            }
             match tokio::fs::write(&path, args.content.as_bytes()).await {
                 Ok(()) => ToolOutput::ok(format!("wrote {} bytes to {}", args.content.len(), args.path)),
                 Err(e) => ToolOutput::error(format!("cannot write {}: {e}", args.path)),

@@ -34,9 +34,8 @@ pub fn resolve(workspace: &Path, requested: &str) -> Result<PathBuf, PathError> 
     if requested.trim().is_empty() {
         return Err(PathError::Empty);
     }
-    let root = workspace
-        .canonicalize()
-        .map_err(|e| PathError::Workspace(workspace.display().to_string(), e.to_string()))?;
+    let root =
+        workspace.canonicalize().map_err(|e| PathError::Workspace(workspace.display().to_string(), e.to_string()))?;
     let requested_path = Path::new(requested);
     let relative = if requested_path.is_absolute() {
         // Absolute paths are accepted only when they already name a place in
@@ -74,11 +73,7 @@ fn check_links(root: &Path, path: &Path, requested: &str) -> Result<(), PathErro
     loop {
         match probe.canonicalize() {
             Ok(real) => {
-                return if real.starts_with(root) {
-                    Ok(())
-                } else {
-                    Err(PathError::SymlinkEscape(requested.into()))
-                };
+                return if real.starts_with(root) { Ok(()) } else { Err(PathError::SymlinkEscape(requested.into())) };
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 // A dangling link is refused: it could be created outside later.
@@ -146,8 +141,7 @@ mod tests {
         let outside = dir.path().join("outside");
         std::fs::create_dir_all(&outside).unwrap_or_else(|e| panic!("{e}"));
         std::os::unix::fs::symlink(&outside, ws.join("link")).unwrap_or_else(|e| panic!("{e}"));
-        std::os::unix::fs::symlink(dir.path().join("nowhere"), ws.join("dangling"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), ws.join("dangling")).unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(resolve(&ws, "link/secret"), Err(PathError::SymlinkEscape(_))));
         assert!(matches!(resolve(&ws, "dangling"), Err(PathError::SymlinkEscape(_))));
         std::os::unix::fs::symlink(ws.join("sub"), ws.join("inner")).unwrap_or_else(|e| panic!("{e}"));

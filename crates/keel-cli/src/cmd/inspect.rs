@@ -46,7 +46,14 @@ pub async fn sessions(state: PathBuf, args: SessionsArgs) -> anyhow::Result<Exit
     println!("{:<30}  {:<24}  {:<20}  {:>7}  {:>10}", "ID", "NAME", "COWORKER", "ITEMS", "TOKENS");
     for s in sessions {
         let tokens = s.usage.input_tokens + s.usage.output_tokens;
-        println!("{:<30}  {:<24}  {:<20}  {:>7}  {:>10}", s.id, truncate(&s.name, 24), truncate(&s.coworker, 20), s.history_len, tokens);
+        println!(
+            "{:<30}  {:<24}  {:<20}  {:>7}  {:>10}",
+            s.id,
+            truncate(&s.name, 24),
+            truncate(&s.coworker, 20),
+            s.history_len,
+            tokens
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -87,7 +94,11 @@ pub async fn show(state: PathBuf, args: ShowArgs) -> anyhow::Result<ExitCode> {
     for (index, item) in snapshot.history.iter().enumerate() {
         println!("  {index:>4}  {}", describe(item));
     }
-    println!("attempts  {} ({} failed)", snapshot.attempts.len(), snapshot.attempts.iter().filter(|a| a.error.is_some()).count());
+    println!(
+        "attempts  {} ({} failed)",
+        snapshot.attempts.len(),
+        snapshot.attempts.iter().filter(|a| a.error.is_some()).count()
+    );
     println!("events    {}", snapshot.last_seq);
     Ok(ExitCode::SUCCESS)
 }

@@ -95,7 +95,11 @@ async fn follow(events: &mut keel_runtime::EventStream, turn_id: &str) -> anyhow
                         streamed_since_item = false;
                     }
                     k if k == EventKind::ToolCallStarted.as_str() => {
-                        eprintln!("keel: -> {}({})", event.data["name"].as_str().unwrap_or("?"), event.data["arguments"].as_str().unwrap_or(""));
+                        eprintln!(
+                            "keel: -> {}({})",
+                            event.data["name"].as_str().unwrap_or("?"),
+                            event.data["arguments"].as_str().unwrap_or("")
+                        );
                     }
                     k if k == EventKind::TurnFinished.as_str() => {
                         let status = event.data["status"].as_str().unwrap_or("unknown");

@@ -1,5 +1,6 @@
 //! Test support: a real `keel serve` process and a JSON-RPC WebSocket client.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
@@ -8,12 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{Context, Result, anyhow, bail};
 use futures_util::{SinkExt, StreamExt};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use tokio::net::TcpStream;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 /// The example bundle shipped in the repository.
@@ -164,9 +165,7 @@ impl Client {
 
     /// Calls a method that must succeed.
     pub async fn ok(&mut self, method: &str, params: Value) -> Result<Value> {
-        self.call(method, params)
-            .await?
-            .map_err(|e| anyhow!("{method} failed: {} {}", e.code, e.message))
+        self.call(method, params).await?.map_err(|e| anyhow!("{method} failed: {} {}", e.code, e.message))
     }
 
     /// The next notification, waiting up to 30 s.

@@ -52,15 +52,8 @@ impl OpenAiChatConfig {
     /// Settings from `OPENAI_BASE_URL` (default [`DEFAULT_BASE_URL`]) and
     /// `OPENAI_API_KEY`; empty values count as unset.
     pub fn from_env() -> OpenAiChatConfig {
-        let var = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .map(|v| v.trim().to_owned())
-                .filter(|v| !v.is_empty())
-        };
-        let mut config = OpenAiChatConfig::new(
-            var("OPENAI_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.to_owned()),
-        );
+        let var = |name: &str| std::env::var(name).ok().map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let mut config = OpenAiChatConfig::new(var("OPENAI_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.to_owned()));
         config.api_key = var("OPENAI_API_KEY");
         config
     }
@@ -92,33 +85,21 @@ impl fmt::Debug for OpenAiChatConfig {
 }
 
 /// The token-limit field for `endpoint`, unless the settings name one.
-pub(super) fn max_tokens_field(
-    config: &OpenAiChatConfig,
-    endpoint: &reqwest::Url,
-) -> MaxTokensField {
+pub(super) fn max_tokens_field(config: &OpenAiChatConfig, endpoint: &reqwest::Url) -> MaxTokensField {
     match config.max_tokens_field {
         Some(field) => field,
-        None if endpoint.host_str() == Some("api.openai.com") => {
-            MaxTokensField::MaxCompletionTokens
-        }
+        None if endpoint.host_str() == Some("api.openai.com") => MaxTokensField::MaxCompletionTokens,
         None => MaxTokensField::MaxTokens,
     }
 }
 
 /// `{base_url}/chat/completions`, tolerating a trailing slash.
 pub(super) fn endpoint(base_url: &str) -> Result<reqwest::Url, ConfigError> {
-    let invalid = |reason: String| ConfigError::InvalidBaseUrl {
-        url: base_url.to_owned(),
-        reason,
-    };
+    let invalid = |reason: String| ConfigError::InvalidBaseUrl { url: base_url.to_owned(), reason };
     let trimmed = base_url.trim().trim_end_matches('/');
-    let url = reqwest::Url::parse(&format!("{trimmed}/chat/completions"))
-        .map_err(|e| invalid(e.to_string()))?;
+    let url = reqwest::Url::parse(&format!("{trimmed}/chat/completions")).map_err(|e| invalid(e.to_string()))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(invalid(format!(
-            "the scheme is `{}`, not http or https",
-            url.scheme()
-        )));
+        return Err(invalid(format!("the scheme is `{}`, not http or https", url.scheme())));
     }
     if url.query().is_some() || url.fragment().is_some() {
         return Err(invalid("it has a query or fragment".to_owned()));
@@ -132,48 +113,25 @@ mod tests {
 
     #[test]
     fn the_endpoint_tolerates_a_trailing_slash() {
-        for base in [
-            "http://127.0.0.1:8080/v1",
-            "http://127.0.0.1:8080/v1/",
-            " http://127.0.0.1:8080/v1// ",
-        ] {
-            assert_eq!(
-                endpoint(base).map(|u| u.to_string()),
-                Ok("http://127.0.0.1:8080/v1/chat/completions".into())
-            );
+        for base in ["http://127.0.0.1:8080/v1", "http://127.0.0.1:8080/v1/", " http://127.0.0.1:8080/v1// "] {
+            assert_eq!(endpoint(base).map(|u| u.to_string()), Ok("http://127.0.0.1:8080/v1/chat/completions".into()));
         }
     }
 
     #[test]
     fn non_http_base_urls_are_rejected() {
-        for base in [
-            "ftp://example.com/v1",
-            "localhost:8080",
-            "",
-            "http://x/v1?key=1",
-        ] {
-            assert!(
-                matches!(endpoint(base), Err(ConfigError::InvalidBaseUrl { .. })),
-                "{base}"
-            );
+        for base in ["ftp://example.com/v1", "localhost:8080", "", "http://x/v1?key=1"] {
+            assert!(matches!(endpoint(base), Err(ConfigError::InvalidBaseUrl { .. })), "{base}");
         }
     }
 
     #[test]
     fn openai_gets_max_completion_tokens_and_others_max_tokens() -> Result<(), ConfigError> {
-        let field = |config: OpenAiChatConfig| {
-            endpoint(&config.base_url).map(|url| max_tokens_field(&config, &url))
-        };
-        assert_eq!(
-            field(OpenAiChatConfig::default())?,
-            MaxTokensField::MaxCompletionTokens
-        );
+        let field = |config: OpenAiChatConfig| endpoint(&config.base_url).map(|url| max_tokens_field(&config, &url));
+        assert_eq!(field(OpenAiChatConfig::default())?, MaxTokensField::MaxCompletionTokens);
         let local = OpenAiChatConfig::new("http://localhost:11434/v1");
         assert_eq!(field(local.clone())?, MaxTokensField::MaxTokens);
-        let chosen = OpenAiChatConfig {
-            max_tokens_field: Some(MaxTokensField::MaxCompletionTokens),
-            ..local
-        };
+        let chosen = OpenAiChatConfig { max_tokens_field: Some(MaxTokensField::MaxCompletionTokens), ..local };
         assert_eq!(field(chosen)?, MaxTokensField::MaxCompletionTokens);
         Ok(())
     }

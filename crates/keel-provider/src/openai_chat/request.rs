@@ -34,10 +34,7 @@ impl MaxTokensField {
 pub fn request_body(request: &ModelRequest, max_tokens_field: MaxTokensField) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), Value::String(request.model.clone()));
-    body.insert(
-        "messages".into(),
-        Value::Array(to_chat_messages(&request.instructions, &request.items)),
-    );
+    body.insert("messages".into(), Value::Array(to_chat_messages(&request.instructions, &request.items)));
     body.insert("stream".into(), Value::Bool(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
     if !request.tools.is_empty() {
@@ -94,11 +91,7 @@ pub fn to_chat_messages(instructions: &str, items: &[Item]) -> Vec<Value> {
                 messages.push(json!({"role": role, "content": text}));
                 open_assistant = role == "assistant";
             }
-            Item::FunctionCall {
-                call_id,
-                name,
-                arguments,
-            } => {
+            Item::FunctionCall { call_id, name, arguments } => {
                 let call = json!({
                     "id": call_id,
                     "type": "function",
@@ -112,9 +105,7 @@ pub fn to_chat_messages(instructions: &str, items: &[Item]) -> Vec<Value> {
                         }
                     },
                     _ => {
-                        messages.push(
-                            json!({"role": "assistant", "content": null, "tool_calls": [call]}),
-                        );
+                        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [call]}));
                         open_assistant = true;
                     }
                 }

@@ -6,18 +6,11 @@ use serde_json::json;
 use super::*;
 
 fn call(id: &str, name: &str) -> Item {
-    Item::FunctionCall {
-        call_id: id.into(),
-        name: name.into(),
-        arguments: format!(r#"{{"id":"{id}"}}"#),
-    }
+    Item::FunctionCall { call_id: id.into(), name: name.into(), arguments: format!(r#"{{"id":"{id}"}}"#) }
 }
 
 fn output(id: &str) -> Item {
-    Item::FunctionCallOutput {
-        call_id: id.into(),
-        output: format!("result {id}"),
-    }
+    Item::FunctionCallOutput { call_id: id.into(), output: format!("result {id}") }
 }
 
 fn wire_call(id: &str, name: &str) -> Value {
@@ -28,15 +21,9 @@ fn wire_call(id: &str, name: &str) -> Value {
 fn instructions_become_a_leading_system_message() {
     assert_eq!(
         to_chat_messages("Be brief", &[Item::user_text("hi")]),
-        vec![
-            json!({"role": "system", "content": "Be brief"}),
-            json!({"role": "user", "content": "hi"}),
-        ]
+        vec![json!({"role": "system", "content": "Be brief"}), json!({"role": "user", "content": "hi"}),]
     );
-    assert_eq!(
-        to_chat_messages("", &[Item::user_text("hi")]),
-        vec![json!({"role": "user", "content": "hi"})]
-    );
+    assert_eq!(to_chat_messages("", &[Item::user_text("hi")]), vec![json!({"role": "user", "content": "hi"})]);
 }
 
 #[test]
@@ -45,9 +32,7 @@ fn message_parts_are_concatenated_and_roles_mapped() {
         Item::Message {
             role: Role::User,
             content: vec![
-                ContentPart::InputText {
-                    text: "one ".into(),
-                },
+                ContentPart::InputText { text: "one ".into() },
                 ContentPart::InputText { text: "two".into() },
             ],
             runtime_notice: None,
@@ -77,13 +62,7 @@ fn message_parts_are_concatenated_and_roles_mapped() {
 
 #[test]
 fn consecutive_calls_form_one_assistant_message_and_outputs_become_tool_messages() {
-    let items = [
-        Item::user_text("go"),
-        call("c1", "read"),
-        call("c2", "write"),
-        output("c1"),
-        output("c2"),
-    ];
+    let items = [Item::user_text("go"), call("c1", "read"), call("c2", "write"), output("c1"), output("c2")];
     assert_eq!(
         to_chat_messages("", &items),
         vec![
@@ -160,11 +139,7 @@ fn the_body_streams_with_usage_and_lists_tools() {
             "max_tokens": 256,
         })
     );
-    let bare = ModelRequest {
-        tools: vec![],
-        max_output_tokens: None,
-        ..request.clone()
-    };
+    let bare = ModelRequest { tools: vec![], max_output_tokens: None, ..request.clone() };
     let body = request_body(&bare, MaxTokensField::MaxTokens);
     assert_eq!(body.get("tools"), None);
     assert_eq!(body.get("max_tokens"), None);

@@ -103,11 +103,7 @@ struct CompletionDetails {
 
 impl ResponseAssembler {
     /// Takes one SSE event of the stream.
-    pub fn on_event(
-        &mut self,
-        event: &SseEvent,
-        on_delta: DeltaSink<'_>,
-    ) -> Result<Progress, ProviderError> {
+    pub fn on_event(&mut self, event: &SseEvent, on_delta: DeltaSink<'_>) -> Result<Progress, ProviderError> {
         let data = event.data.trim();
         if data == "[DONE]" {
             self.done = true;
@@ -117,8 +113,7 @@ impl ResponseAssembler {
             return Ok(Progress::Continue);
         }
         if event.event.as_deref() == Some("error") {
-            let error =
-                serde_json::from_str(data).unwrap_or_else(|_| serde_json::Value::from(data));
+            let error = serde_json::from_str(data).unwrap_or_else(|_| serde_json::Value::from(data));
             return Err(classify_stream_error(&error));
         }
         self.on_json(data.as_bytes(), on_delta)?;
@@ -127,11 +122,7 @@ impl ResponseAssembler {
 
     /// Takes a whole non-streamed completion, for servers that ignore
     /// `"stream": true` and answer with `application/json`.
-    pub fn on_completion(
-        &mut self,
-        body: &[u8],
-        on_delta: DeltaSink<'_>,
-    ) -> Result<(), ProviderError> {
+    pub fn on_completion(&mut self, body: &[u8], on_delta: DeltaSink<'_>) -> Result<(), ProviderError> {
         self.on_json(body, on_delta)?;
         self.done = true;
         Ok(())
@@ -154,14 +145,8 @@ impl ResponseAssembler {
             self.usage = Some(Usage {
                 input_tokens: usage.prompt_tokens.unwrap_or(0),
                 output_tokens: usage.completion_tokens.unwrap_or(0),
-                cached_input_tokens: usage
-                    .prompt_tokens_details
-                    .and_then(|d| d.cached_tokens)
-                    .unwrap_or(0),
-                reasoning_tokens: usage
-                    .completion_tokens_details
-                    .and_then(|d| d.reasoning_tokens)
-                    .unwrap_or(0),
+                cached_input_tokens: usage.prompt_tokens_details.and_then(|d| d.cached_tokens).unwrap_or(0),
+                reasoning_tokens: usage.completion_tokens_details.and_then(|d| d.reasoning_tokens).unwrap_or(0),
             });
         }
         // keel never asks for `n > 1`; other choices are ignored.
@@ -239,18 +224,12 @@ impl ResponseAssembler {
         }
         for call in self.calls.into_values() {
             items.push(Item::FunctionCall {
-                call_id: call
-                    .id
-                    .unwrap_or_else(|| keel_protocol::ids::new_id("call")),
+                call_id: call.id.unwrap_or_else(|| keel_protocol::ids::new_id("call")),
                 name: call.name,
                 arguments: call.arguments,
             });
         }
-        Ok(ModelResponse {
-            items,
-            usage: self.usage.unwrap_or_default(),
-            finish,
-        })
+        Ok(ModelResponse { items, usage: self.usage.unwrap_or_default(), finish })
     }
 }
 

@@ -10,23 +10,11 @@ use super::*;
 /// text deltas seen.
 fn assemble(chunks: &[serde_json::Value]) -> (Result<ModelResponse, ProviderError>, Vec<String>) {
     let deltas = Mutex::new(Vec::new());
-    let sink = |text: &str| {
-        deltas
-            .lock()
-            .map(|mut d| d.push(text.to_owned()))
-            .unwrap_or_default()
-    };
+    let sink = |text: &str| deltas.lock().map(|mut d| d.push(text.to_owned())).unwrap_or_default();
     let mut assembler = ResponseAssembler::default();
     for chunk in chunks {
-        let data = chunk
-            .as_str()
-            .map(str::to_owned)
-            .unwrap_or_else(|| chunk.to_string());
-        let event = SseEvent {
-            event: None,
-            data,
-            id: None,
-        };
+        let data = chunk.as_str().map(str::to_owned).unwrap_or_else(|| chunk.to_string());
+        let event = SseEvent { event: None, data, id: None };
         match assembler.on_event(&event, &sink) {
             Ok(Progress::Continue) => {}
             Ok(Progress::Done) => break,
@@ -53,14 +41,7 @@ fn usage_in_the_finish_chunk_and_no_done_is_accepted() {
     let response = result.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(deltas, vec!["Hi"]);
     assert_eq!(response.items, vec![Item::assistant_text("Hi")]);
-    assert_eq!(
-        response.usage,
-        Usage {
-            input_tokens: 3,
-            output_tokens: 1,
-            ..Usage::default()
-        }
-    );
+    assert_eq!(response.usage, Usage { input_tokens: 3, output_tokens: 1, ..Usage::default() });
     assert_eq!(response.finish, FinishReason::Stop);
 }
 
@@ -73,19 +54,9 @@ fn calls_without_index_or_id_are_still_assembled() {
         json!("[DONE]"),
     ]);
     let response = result.unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(
-        response.finish,
-        FinishReason::ToolCalls,
-        "stop with tool calls means tool calls"
-    );
+    assert_eq!(response.finish, FinishReason::ToolCalls, "stop with tool calls means tool calls");
     match response.items.as_slice() {
-        [
-            Item::FunctionCall {
-                call_id,
-                name,
-                arguments,
-            },
-        ] => {
+        [Item::FunctionCall { call_id, name, arguments }] => {
             assert!(call_id.starts_with("call_"), "{call_id}");
             assert_eq!((name.as_str(), arguments.as_str()), ("a", "{\"x\":1}"));
         }
@@ -96,38 +67,21 @@ fn calls_without_index_or_id_are_still_assembled() {
 #[test]
 fn a_repeated_full_name_is_not_doubled() {
     let (result, _) = assemble(&[
-        delta(
-            json!({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "read", "arguments": "{"}}]}),
-        ),
-        delta(
-            json!({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "read", "arguments": "}"}}]}),
-        ),
+        delta(json!({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "read", "arguments": "{"}}]})),
+        delta(json!({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "read", "arguments": "}"}}]})),
         finish("tool_calls"),
     ]);
     let items = result.map(|r| r.items).unwrap_or_default();
-    assert_eq!(
-        items,
-        vec![Item::FunctionCall {
-            call_id: "c".into(),
-            name: "read".into(),
-            arguments: "{}".into()
-        }]
-    );
+    assert_eq!(items, vec![Item::FunctionCall { call_id: "c".into(), name: "read".into(), arguments: "{}".into() }]);
 }
 
 #[test]
 fn a_stream_without_finish_is_a_transport_failure() {
-    let (result, deltas) = assemble(&[
-        delta(json!({"content": "par"})),
-        delta(json!({"content": "tial"})),
-    ]);
+    let (result, deltas) = assemble(&[delta(json!({"content": "par"})), delta(json!({"content": "tial"}))]);
     assert_eq!(deltas, vec!["par", "tial"]);
     let error = result.err().unwrap_or_else(|| panic!("expected an error"));
     assert_eq!(error.kind, FailureKind::Transport);
-    assert_eq!(
-        error.message,
-        "the stream ended before the model finished; retry the request"
-    );
+    assert_eq!(error.message, "the stream ended before the model finished; retry the request");
 }
 
 #[test]
@@ -135,11 +89,7 @@ fn content_filter_without_output_is_safety_blocked_but_with_output_is_kept() {
     let (result, _) = assemble(&[finish("content_filter"), json!("[DONE]")]);
     assert_eq!(result.map_err(|e| e.kind), Err(FailureKind::SafetyBlocked));
 
-    let (result, _) = assemble(&[
-        delta(json!({"content": "Once"})),
-        finish("content_filter"),
-        json!("[DONE]"),
-    ]);
+    let (result, _) = assemble(&[delta(json!({"content": "Once"})), finish("content_filter"), json!("[DONE]")]);
     assert_eq!(result.map(|r| r.finish), Ok(FinishReason::ContentFilter));
 }
 
@@ -148,21 +98,13 @@ fn invalid_json_is_a_transport_failure_that_quotes_the_bytes() {
     let (result, _) = assemble(&[json!("{not json")]);
     let error = result.err().unwrap_or_else(|| panic!("expected an error"));
     assert_eq!(error.kind, FailureKind::Transport);
-    assert!(
-        error.message.contains(": {not json; retry"),
-        "{}",
-        error.message
-    );
+    assert!(error.message.contains(": {not json; retry"), "{}", error.message);
 }
 
 #[test]
 fn an_error_event_is_classified() {
     let mut assembler = ResponseAssembler::default();
-    let event = SseEvent {
-        event: Some("error".into()),
-        data: r#"{"type":"overloaded_error"}"#.into(),
-        id: None,
-    };
+    let event = SseEvent { event: Some("error".into()), data: r#"{"type":"overloaded_error"}"#.into(), id: None };
     let result = assembler.on_event(&event, &|_| {});
     assert_eq!(result.map_err(|e| e.kind), Err(FailureKind::Transient));
 }
@@ -171,15 +113,8 @@ fn an_error_event_is_classified() {
 fn other_finish_reasons_are_kept() {
     let (result, _) = assemble(&[delta(json!({"content": "x"})), finish("length")]);
     assert_eq!(result.map(|r| r.finish), Ok(FinishReason::Length));
-    let (result, _) = assemble(&[
-        delta(json!({"content": "x"})),
-        finish("eos"),
-        json!("[DONE]"),
-    ]);
-    assert_eq!(
-        result.map(|r| r.finish),
-        Ok(FinishReason::Other("eos".into()))
-    );
+    let (result, _) = assemble(&[delta(json!({"content": "x"})), finish("eos"), json!("[DONE]")]);
+    assert_eq!(result.map(|r| r.finish), Ok(FinishReason::Other("eos".into())));
 }
 
 #[test]

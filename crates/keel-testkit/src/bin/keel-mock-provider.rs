@@ -22,11 +22,7 @@ fn parse_listen(args: impl Iterator<Item = String>) -> anyhow::Result<Option<Soc
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "-h" | "--help" => return Ok(None),
-            "--listen" => {
-                listen = args
-                    .next()
-                    .context("--listen needs an address such as 127.0.0.1:8080")?
-            }
+            "--listen" => listen = args.next().context("--listen needs an address such as 127.0.0.1:8080")?,
             other => match other.strip_prefix("--listen=") {
                 Some(value) => listen = value.to_owned(),
                 None => bail!("unknown argument `{other}`\n\n{USAGE}"),
@@ -47,8 +43,7 @@ async fn main() -> anyhow::Result<()> {
         print!("{USAGE}");
         return Ok(());
     };
-    let arguments =
-        serde_json::json!({"path": "hello.txt", "content": "Hello from keel"}).to_string();
+    let arguments = serde_json::json!({"path": "hello.txt", "content": "Hello from keel"}).to_string();
     let server = MockServer::builder()
         .listen(listen)
         .record_requests(false)
@@ -64,9 +59,7 @@ async fn main() -> anyhow::Result<()> {
     writeln!(stdout, "{}", server.base_url())?;
     stdout.flush()?;
     drop(stdout);
-    tokio::signal::ctrl_c()
-        .await
-        .context("could not wait for Ctrl-C")?;
+    tokio::signal::ctrl_c().await.context("could not wait for Ctrl-C")?;
     server.shutdown().await;
     Ok(())
 }

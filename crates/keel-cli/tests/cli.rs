@@ -1,0 +1,141 @@
+//! The `keel` command line: `run`, the read-only views, and `serve --stdio`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+use keel_testkit::{MockServer, Reply};
+use serde_json::{Value, json};
+
+fn keel(state: &std::path::Path, base_url: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
+    command
+        .arg("--state")
+        .arg(state)
+        .env("OPENAI_BASE_URL", base_url)
+        .env("OPENAI_API_KEY", "sk-test")
+        .env_remove("KEEL_STATE_DIR");
+    command
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_streams_the_answer_and_the_views_show_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::tool_call("c1", "write_file", r#"{"path":"out.txt","content":"42"}"#));
+    mock.push(Reply::text_deltas(["The answer ", "is in ", "out.txt."]));
+    let bundle = support::example_bundle();
+    let output = keel(&state, &mock.base_url())
+        .args(["run", "--bundle"])
+        .arg(&bundle)
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("compute the answer")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(stdout.trim(), "The answer is in out.txt.");
+    assert!(stderr.contains("write_file"), "tool calls are reported on stderr: {stderr}");
+    assert_eq!(std::fs::read_to_string(ws.join("out.txt")).unwrap(), "42");
+
+    let listing = keel(&state, &mock.base_url()).args(["sessions", "--json"]).output().unwrap();
+    let sessions: Value = serde_json::from_slice(&listing.stdout).unwrap();
+    let id = sessions[0]["id"].as_str().unwrap().to_string();
+    let shown = keel(&state, &mock.base_url()).args(["show", &id, "--json"]).output().unwrap();
+    let snapshot: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(snapshot["turn"]["status"], "completed");
+    assert_eq!(snapshot["history"].as_array().unwrap().len(), 4);
+    let human = keel(&state, &mock.base_url()).args(["show", &id]).output().unwrap();
+    assert!(String::from_utf8_lossy(&human.stdout).contains("completed after 2 model round trips"));
+    let events = keel(&state, &mock.base_url()).args(["events", &id, "--after", "2"]).output().unwrap();
+    let lines: Vec<Value> =
+        String::from_utf8_lossy(&events.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines[0]["seq"], 3);
+    assert_eq!(lines.last().unwrap()["kind"], "turn_finished");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_exits_non_zero_when_the_provider_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::openai_error(401, "invalid_api_key", "Incorrect API key provided"));
+    let output = keel(&dir.path().join("state"), &mock.base_url())
+        .args(["run", "--bundle"])
+        .arg(support::example_bundle())
+        .arg("--workspace")
+        .arg(dir.path())
+        .arg("hello")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("failed") && stderr.contains("auth"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_reports_a_missing_coworker_as_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = keel(&dir.path().join("state"), "http://127.0.0.1:9/v1")
+        .args(["run", "--bundle"])
+        .arg(support::example_bundle())
+        .args(["--coworker", "nobody", "hello"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("assistant-example"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_stdio_speaks_json_rpc_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::text("hi there"));
+    let mut child = keel(&dir.path().join("state"), &mock.base_url())
+        .args(["serve", "--stdio", "--bundle"])
+        .arg(support::example_bundle())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut send = |message: Value| {
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+    };
+    send(
+        json!({"jsonrpc":"2.0","id":1,"method":"session/create","params":{"name":"s","coworker":"assistant-example","workspace":ws}}),
+    );
+    let created: Value = serde_json::from_str(&stdout.next().unwrap().unwrap()).unwrap();
+    let session = created["result"]["session"]["id"].as_str().unwrap().to_string();
+    send(json!({"jsonrpc":"2.0","id":2,"method":"events/subscribe","params":{"session_id":session}}));
+    send(
+        json!({"jsonrpc":"2.0","id":3,"method":"turn/start","params":{"session_id":session,"submission_id":"x","text":"hello"}}),
+    );
+    let mut finished = None;
+    for line in stdout.by_ref() {
+        let message: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if message["params"]["event"]["kind"] == "turn_finished" {
+            finished = Some(message);
+            break;
+        }
+    }
+    assert_eq!(finished.unwrap()["params"]["event"]["data"]["status"], "completed");
+    writeln!(stdin, "this is not json").unwrap();
+    stdin.flush().unwrap();
+    let error: Value = serde_json::from_str(&stdout.next().unwrap().unwrap()).unwrap();
+    assert_eq!(error["error"]["code"], -32700);
+    drop(stdin);
+    assert!(child.wait().unwrap().success(), "closing stdin ends the server cleanly");
+}
