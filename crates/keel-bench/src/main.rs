@@ -111,8 +111,8 @@ async fn drive(runtime: &Runtime, sessions: &[String], turns: usize) -> Result<(
         let runtime = runtime.clone();
         let session = session.clone();
         tasks.spawn(async move {
+            let mut events = runtime.subscribe(&session, runtime.snapshot_last_seq(&session).await?).await?;
             for _ in 0..turns {
-                let mut events = runtime.subscribe(&session, runtime_last_seq(&runtime, &session).await?).await?;
                 let started = runtime.start_turn(&session, &new_id("sub"), "write the file").await?;
                 loop {
                     match events.next().await? {
@@ -137,10 +137,6 @@ async fn drive(runtime: &Runtime, sessions: &[String], turns: usize) -> Result<(
         result??;
     }
     Ok(())
-}
-
-async fn runtime_last_seq(runtime: &Runtime, session: &str) -> Result<u64> {
-    Ok(runtime.snapshot_last_seq(session).await?)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {

@@ -53,7 +53,7 @@ pub struct SessionInfo {
     pub bundle_digest: String,
     /// The coworker definition pinned at creation: later edits to the bundle
     /// on disk do not change a session that already exists.
-    pub coworker_spec: serde_json::Value,
+    pub coworker_spec: std::sync::Arc<serde_json::Value>,
     pub workspace: String,
     pub attended: bool,
     pub compaction: CompactionSettings,

@@ -76,13 +76,13 @@ pub(crate) async fn drive(
         // If this commit fails too the turn stays `running` on disk and the
         // next open marks it interrupted: nothing is lost either way.
         let failure = TurnError { kind: kind.into(), message };
-        let _ = finish(runtime, slot, turn_id, TurnStatus::Failed, Some(failure), "the turn failed").await;
+        let _ = finish(runtime, slot, turn_id, TurnStatus::Failed, Some(failure), "the turn failed", None).await;
     }
 }
 
 async fn prepare<'a>(runtime: &'a Runtime, slot: &'a SessionSlot, turn_id: &'a str) -> Result<TurnRun<'a>> {
     let state = slot.state();
-    let spec: CoworkerSpec = serde_json::from_value(state.info.coworker_spec.clone())
+    let spec: CoworkerSpec = serde_json::from_value((*state.info.coworker_spec).clone())
         .map_err(|e| RuntimeError::Config(format!("the session's pinned coworker cannot be read: {e}")))?;
     let (provider, model) = runtime.inner.providers.resolve(&spec.model)?;
     let tools: Vec<ToolSpec> =
@@ -125,7 +125,8 @@ impl TurnRun<'_> {
                     Next::CallModel
                 }
                 Next::Finish { status, error } => {
-                    finish(self.runtime, self.slot, self.turn_id, status, error, "the turn ended").await?;
+                    finish(self.runtime, self.slot, self.turn_id, status, error, "the turn ended", Some(&self.history))
+                        .await?;
                     return Ok(());
                 }
             };
@@ -137,14 +138,22 @@ impl TurnRun<'_> {
         if self.runtime.inner.shutdown.is_cancelled() {
             interrupt(self.runtime, self.slot, self.turn_id, "shutdown").await
         } else {
-            finish(self.runtime, self.slot, self.turn_id, TurnStatus::Cancelled, None, "the person cancelled the turn")
-                .await
+            finish(
+                self.runtime,
+                self.slot,
+                self.turn_id,
+                TurnStatus::Cancelled,
+                None,
+                "the person cancelled the turn",
+                None,
+            )
+            .await
         }
     }
 
     /// One model round trip. `None` means it was cancelled.
     async fn call_model(&mut self, cancel: &CancellationToken) -> Result<Option<Next>> {
-        let step = self.slot.state().turn.map(|t| t.steps).unwrap_or(0) + 1;
+        let step = self.slot.turn_steps() + 1;
         let mut attempt = AttemptInfo {
             id: new_id("att"),
             session_id: self.slot.id.clone(),
@@ -342,13 +351,21 @@ pub(crate) async fn finish(
     status: TurnStatus,
     error: Option<TurnError>,
     reason: &str,
+    history: Option<&[Item]>,
 ) -> Result<()> {
     let Some(turn) = slot.state().turn.filter(|t| t.id == turn_id) else {
         return Err(RuntimeError::Conflict(format!("turn {turn_id} is not the session's current turn")));
     };
-    let items = runtime.store().history(slot.id.clone(), turn.history_start).await?;
-    let ledger = runtime.store().tool_calls(slot.id.clone(), Some(turn_id.to_string())).await?;
-    let closing = keel_core::recovery::close_unanswered(&items, &ledger, reason);
+    let items = match history {
+        Some(history) => history.get(turn.history_start as usize..).unwrap_or_default().to_vec(),
+        None => runtime.store().history(slot.id.clone(), turn.history_start).await?,
+    };
+    let mut closing = keel_core::recovery::close_unanswered(&items, &[], reason);
+    if !closing.is_empty() {
+        // Only a turn that ends with unanswered calls needs the ledger.
+        let ledger = runtime.store().tool_calls(slot.id.clone(), Some(turn_id.to_string())).await?;
+        closing = keel_core::recovery::close_unanswered(&items, &ledger, reason);
+    }
     slot.transact(runtime.store(), |state, change| {
         let Some(turn) = state.turn.as_mut().filter(|t| t.id == turn_id && !t.status.is_terminal()) else {
             return Err(RuntimeError::Conflict(format!("turn {turn_id} has already ended")));

@@ -173,7 +173,7 @@ impl Runtime {
             coworker: params.coworker,
             bundle_path: bundle.root.display().to_string(),
             bundle_digest: spec.digest(),
-            coworker_spec: serde_json::to_value(&spec).unwrap_or_default(),
+            coworker_spec: Arc::new(serde_json::to_value(&spec).unwrap_or_default()),
             workspace: workspace.display().to_string(),
             attended: params.attended,
             compaction: params.compaction,
@@ -187,6 +187,7 @@ impl Runtime {
         let slot = Arc::new(SessionSlot::new(info.clone(), None));
         let created = serde_json::to_value(&info).unwrap_or_default();
         slot.transact(self.store(), |_, change| {
+            change.new_session = true;
             change.events.push(NewEvent::new(EventKind::SessionCreated, json!({ "session": created })));
             Ok(())
         })
@@ -364,8 +365,16 @@ impl Runtime {
         if turn.status.is_terminal() {
             return Ok(TurnControlResponse { turn_id: turn.id, status: turn.status });
         }
-        crate::driver::finish(self, &slot, &turn.id, TurnStatus::Cancelled, None, "the person cancelled the turn")
-            .await?;
+        crate::driver::finish(
+            self,
+            &slot,
+            &turn.id,
+            TurnStatus::Cancelled,
+            None,
+            "the person cancelled the turn",
+            None,
+        )
+        .await?;
         Ok(TurnControlResponse { turn_id: turn.id, status: TurnStatus::Cancelled })
     }
 

@@ -66,6 +66,14 @@ impl SessionSlot {
         }
     }
 
+    /// Completed model round trips of the current turn.
+    pub fn turn_steps(&self) -> u32 {
+        match self.state.lock() {
+            Ok(state) => state.turn.as_ref().map(|t| t.steps).unwrap_or(0),
+            Err(poisoned) => poisoned.into_inner().turn.as_ref().map(|t| t.steps).unwrap_or(0),
+        }
+    }
+
     fn replace_state(&self, next: SessionState) {
         match self.state.lock() {
             Ok(mut state) => *state = next,

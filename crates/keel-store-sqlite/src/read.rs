@@ -30,7 +30,7 @@ fn session_row(row: &Row<'_>) -> rusqlite::Result<Result<SessionInfo>> {
             coworker: row.get(2).map_err(backend)?,
             bundle_path: row.get(3).map_err(backend)?,
             bundle_digest: row.get(4).map_err(backend)?,
-            coworker_spec: json("sessions", &spec)?,
+            coworker_spec: std::sync::Arc::new(json("sessions", &spec)?),
             workspace: row.get(6).map_err(backend)?,
             attended: row.get(7).map_err(backend)?,
             compaction: json("sessions", &compaction)?,

@@ -72,38 +72,34 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<String> {
 fn apply(conn: &Connection, change: &Change) -> Result<Vec<Event>> {
     let now = now_ms();
     if let Some(s) = &change.session {
-        conn.prepare_cached(
-            "INSERT INTO sessions (id, name, coworker, bundle_path, bundle_digest, coworker_spec, workspace, attended,
-                compaction, provider_blocked, created_at_ms, updated_at_ms, current_turn_id, history_len, usage)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
-             ON CONFLICT (id) DO UPDATE SET name = excluded.name, coworker = excluded.coworker,
-                bundle_path = excluded.bundle_path, bundle_digest = excluded.bundle_digest,
-                coworker_spec = excluded.coworker_spec, workspace = excluded.workspace,
-                attended = excluded.attended, compaction = excluded.compaction,
-                provider_blocked = excluded.provider_blocked, updated_at_ms = excluded.updated_at_ms,
-                current_turn_id = excluded.current_turn_id, history_len = excluded.history_len,
-                usage = excluded.usage",
-        )
-        .and_then(|mut st| {
-            st.execute(params![
-                s.id,
-                s.name,
-                s.coworker,
-                s.bundle_path,
-                s.bundle_digest,
-                s.coworker_spec.to_string(),
-                s.workspace,
-                s.attended,
-                to_json(&s.compaction).unwrap_or_default(),
-                s.provider_blocked,
-                s.created_at_ms,
-                s.updated_at_ms,
-                s.current_turn_id,
-                s.history_len as i64,
-                to_json(&s.usage).unwrap_or_default(),
-            ])
-        })
-        .map_err(backend)?;
+        if change.new_session {
+            insert_session(conn, s)?;
+        } else {
+            // The pinned fields never change after creation: only the
+            // mutable ones are written, which keeps hot commits small.
+            let updated = conn
+                .prepare_cached(
+                    "UPDATE sessions SET name = ?2, attended = ?3, compaction = ?4, provider_blocked = ?5,
+                        updated_at_ms = ?6, current_turn_id = ?7, history_len = ?8, usage = ?9 WHERE id = ?1",
+                )
+                .and_then(|mut st| {
+                    st.execute(params![
+                        s.id,
+                        s.name,
+                        s.attended,
+                        to_json(&s.compaction).unwrap_or_default(),
+                        s.provider_blocked,
+                        s.updated_at_ms,
+                        s.current_turn_id,
+                        s.history_len as i64,
+                        to_json(&s.usage).unwrap_or_default(),
+                    ])
+                })
+                .map_err(backend)?;
+            if updated != 1 {
+                return Err(StoreError::Rejected(format!("session {} does not exist", s.id)));
+            }
+        }
     }
     for t in &change.turns {
         let error = t.error.as_ref().map(to_json).transpose()?;
@@ -192,6 +188,35 @@ fn apply(conn: &Connection, change: &Change) -> Result<Vec<Event>> {
         .map_err(backend)?;
     }
     append_events(conn, change, now)
+}
+
+fn insert_session(conn: &Connection, s: &keel_protocol::session::SessionInfo) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO sessions (id, name, coworker, bundle_path, bundle_digest, coworker_spec, workspace, attended,
+            compaction, provider_blocked, created_at_ms, updated_at_ms, current_turn_id, history_len, usage)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            s.id,
+            s.name,
+            s.coworker,
+            s.bundle_path,
+            s.bundle_digest,
+            s.coworker_spec.to_string(),
+            s.workspace,
+            s.attended,
+            to_json(&s.compaction).unwrap_or_default(),
+            s.provider_blocked,
+            s.created_at_ms,
+            s.updated_at_ms,
+            s.current_turn_id,
+            s.history_len as i64,
+            to_json(&s.usage).unwrap_or_default(),
+        ])
+    })
+    .map_err(backend)?;
+    Ok(())
 }
 
 fn append_events(conn: &Connection, change: &Change, now: i64) -> Result<Vec<Event>> {

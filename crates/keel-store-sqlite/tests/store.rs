@@ -15,7 +15,7 @@ fn session(id: &str) -> SessionInfo {
         coworker: "c".into(),
         bundle_path: "/b".into(),
         bundle_digest: "sha256:0".into(),
-        coworker_spec: json!({}),
+        coworker_spec: std::sync::Arc::new(json!({})),
         workspace: "/w".into(),
         attended: true,
         compaction: CompactionSettings::default(),
@@ -31,6 +31,7 @@ fn session(id: &str) -> SessionInfo {
 fn create(id: &str) -> Change {
     let mut change = Change::new(id).event(EventKind::SessionCreated, json!({}));
     change.session = Some(session(id));
+    change.new_session = true;
     change
 }
 

@@ -64,8 +64,10 @@ impl NewEvent {
 #[derive(Debug, Clone, Default)]
 pub struct Change {
     pub session_id: String,
-    /// Inserted or replaced whole.
+    /// The session row: inserted when `new_session`, else its mutable fields
+    /// (name, flags, counters, usage) are updated.
     pub session: Option<SessionInfo>,
+    pub new_session: bool,
     pub turns: Vec<TurnInfo>,
     pub submission: Option<SubmissionRecord>,
     /// `(index, item)` appended to history; an index that exists already
