@@ -50,15 +50,22 @@ enum Bench {
     Load { state: PathBuf },
 }
 
+/// mimalloc: the turn loop allocates many small, short-lived JSON values and
+/// glibc's allocator spent a fifth of the benchmark's CPU on them.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().max_blocking_threads(8).enable_all().build()?;
     runtime.block_on(async {
         match cli.command {
             Some(Bench::Turns { sessions, turns }) => turns_bench(sessions, turns).await,
             Some(Bench::Idle { sessions }) => idle_bench(sessions).await,
             Some(Bench::Load { state }) => load(&state).await,
             None => {
+                // Latency without contention, then throughput at saturation.
+                turns_bench(1, 50).await?;
                 turns_bench(200, 10).await?;
                 idle_bench(10_000).await
             }
