@@ -10,4 +10,4 @@ pub mod recovery;
 pub mod turn;
 
 pub use recovery::{ResumePlan, plan_resume};
-pub use turn::{Decision, Next, ToolCall, TurnLimits, after_model};
+pub use turn::{Decision, Next, OUTPUT_CONTINUATION, ToolCall, TurnLimits, after_model, after_output_limit};

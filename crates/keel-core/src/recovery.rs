@@ -66,7 +66,7 @@ pub fn plan_resume(
     }
     let next = if !unstarted.is_empty() {
         // Run the calls that never started, exactly as the model asked.
-        let decision = after_model(unstarted, steps_done, TurnLimits { max_steps: u32::MAX });
+        let decision = after_model(unstarted, steps_done, TurnLimits { max_steps: u32::MAX, ..limits });
         match decision.next {
             Next::RunTools(calls) => Next::RunTools(calls),
             _ => Next::CallModel,

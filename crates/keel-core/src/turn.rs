@@ -8,12 +8,59 @@ use keel_protocol::{Item, TurnStatus};
 pub struct TurnLimits {
     /// Model round trips allowed in one turn.
     pub max_steps: u32,
+    /// Times an answer cut by the output limit is continued before the
+    /// turn ends `truncated`.
+    pub max_continuations: u32,
 }
 
 impl Default for TurnLimits {
     fn default() -> Self {
-        TurnLimits { max_steps: 32 }
+        TurnLimits { max_steps: 32, max_continuations: 2 }
     }
+}
+
+/// The `_runtime_notice` tag of the message that asks the model to continue
+/// an answer cut by its output limit.
+pub const OUTPUT_CONTINUATION: &str = "output_continuation";
+
+/// Decides what follows a response the provider cut at its output limit.
+///
+/// Calls in the response are handled as usual (a cut call has invalid
+/// arguments and is answered with an error). A plain answer is kept and,
+/// while `continuations_done` is under the limit, followed by a runtime
+/// notice asking the model to continue; past the limit the turn ends
+/// `truncated`. Returns the decision and whether it continues.
+pub fn after_output_limit(
+    output: Vec<Item>,
+    steps_done: u32,
+    continuations_done: u32,
+    limits: TurnLimits,
+) -> (Decision, bool) {
+    if output.iter().any(|i| matches!(i, Item::FunctionCall { .. })) {
+        return (after_model(output, steps_done, limits), false);
+    }
+    let mut append = output;
+    if continuations_done >= limits.max_continuations {
+        let error = TurnError {
+            kind: "output_limit".into(),
+            message: format!(
+                "the model hit its output limit {} times in this turn; the answer is incomplete. Ask for a shorter answer or raise the model's output limit",
+                continuations_done + 1
+            ),
+        };
+        return (Decision { append, next: Next::Finish { status: TurnStatus::Truncated, error: Some(error) } }, false);
+    }
+    if steps_done >= limits.max_steps {
+        return (Decision { append, next: step_limit(limits) }, false);
+    }
+    append.push(Item::Message {
+        role: keel_protocol::Role::Developer,
+        content: vec![keel_protocol::ContentPart::InputText {
+            text: "[keel runtime] Your previous answer was cut off by the output limit. Continue exactly where it stopped, without repeating what you already wrote.".into(),
+        }],
+        runtime_notice: Some(OUTPUT_CONTINUATION.into()),
+    });
+    (Decision { append, next: Next::CallModel }, true)
 }
 
 /// A tool call the model asked for, with its arguments already parsed.
@@ -153,8 +200,33 @@ mod tests {
     }
 
     #[test]
+    fn output_limit_continues_twice_then_truncates() {
+        let limits = TurnLimits::default();
+        let (first, continued) = after_output_limit(vec![Item::assistant_text("part 1")], 1, 0, limits);
+        assert!(continued);
+        assert_eq!(first.next, Next::CallModel);
+        assert!(
+            matches!(&first.append[1], Item::Message { runtime_notice: Some(n), role: keel_protocol::Role::Developer, .. } if n == OUTPUT_CONTINUATION)
+        );
+        let (second, continued) = after_output_limit(vec![Item::assistant_text("part 2")], 2, 1, limits);
+        assert!(continued && second.next == Next::CallModel);
+        let (third, continued) = after_output_limit(vec![Item::assistant_text("part 3")], 3, 2, limits);
+        assert!(!continued);
+        assert_eq!(third.append.len(), 1, "no notice once the turn ends");
+        assert!(matches!(third.next, Next::Finish { status: TurnStatus::Truncated, .. }));
+    }
+
+    #[test]
+    fn a_cut_tool_call_is_answered_not_continued() {
+        let (d, continued) = after_output_limit(vec![call("a", r#"{"path":"x","cont"#)], 1, 0, TurnLimits::default());
+        assert!(!continued);
+        assert_eq!(d.next, Next::CallModel);
+        assert!(matches!(&d.append[1], Item::FunctionCallOutput { .. }));
+    }
+
+    #[test]
     fn the_step_limit_fails_the_turn() {
-        let d = after_model(vec![call("a", "{}")], 3, TurnLimits { max_steps: 3 });
+        let d = after_model(vec![call("a", "{}")], 3, TurnLimits { max_steps: 3, ..TurnLimits::default() });
         assert!(
             matches!(d.next, Next::Finish { status: TurnStatus::Failed, error: Some(ref e) } if e.kind == "step_limit")
         );

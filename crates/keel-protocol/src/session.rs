@@ -30,6 +30,10 @@ pub struct Usage {
     pub cached_input_tokens: u64,
     #[serde(default)]
     pub reasoning_tokens: u64,
+    /// Cost in millionths of a US dollar, from the bundle's price table
+    /// (0 when the model has no price).
+    #[serde(default)]
+    pub cost_micro_usd: u64,
 }
 
 impl Usage {
@@ -38,6 +42,7 @@ impl Usage {
         self.output_tokens += other.output_tokens;
         self.cached_input_tokens += other.cached_input_tokens;
         self.reasoning_tokens += other.reasoning_tokens;
+        self.cost_micro_usd += other.cost_micro_usd;
     }
 }
 
@@ -89,6 +94,12 @@ pub struct TurnInfo {
     pub status: crate::TurnStatus,
     /// Model round trips that completed in this turn.
     pub steps: u32,
+    /// Requests sent to providers in this turn, failed ones included.
+    #[serde(default)]
+    pub attempts: u32,
+    /// Answers continued after hitting the output limit.
+    #[serde(default)]
+    pub continuations: u32,
     /// History length when the turn started: its items follow this index.
     pub history_start: u64,
     #[serde(default)]

@@ -41,9 +41,45 @@ pub struct CoworkerSpec {
     /// Names of the tools this coworker may call.
     #[serde(default)]
     pub tools: Vec<String>,
+    /// Models to move to, in order, when the first one fails for good
+    /// (auth, out of credit, unreachable after retries).
+    #[serde(default)]
+    pub fallback_models: Vec<String>,
     /// Model round trips allowed per turn.
     #[serde(default)]
     pub max_steps: Option<u32>,
+    /// The output limit sent with each request.
+    #[serde(default)]
+    pub max_output_tokens: Option<u32>,
+    /// Prices of this coworker's models, pinned from the bundle's `[prices]`
+    /// table when a session is created. Not written in `[coworkers]`.
+    #[serde(default, skip_deserializing)]
+    pub prices: BTreeMap<String, Price>,
+}
+
+/// What a model costs, in US dollars per million tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+    /// Cached input; defaults to the input price.
+    #[serde(default)]
+    pub cached_input: Option<f64>,
+}
+
+impl Price {
+    /// The cost of `usage` in millionths of a dollar. Dollars per million
+    /// tokens times tokens is exactly micro-dollars. Reasoning tokens are
+    /// billed as output and are already counted in `output_tokens`.
+    pub fn micro_usd(&self, usage: &keel_protocol::Usage) -> u64 {
+        let cached = usage.cached_input_tokens.min(usage.input_tokens);
+        let fresh = usage.input_tokens - cached;
+        let cost = fresh as f64 * self.input
+            + cached as f64 * self.cached_input.unwrap_or(self.input)
+            + usage.output_tokens as f64 * self.output;
+        cost.round().max(0.0) as u64
+    }
 }
 
 impl CoworkerSpec {
@@ -63,6 +99,9 @@ struct BundleFile {
     bundle: BundleHeader,
     #[serde(default)]
     coworkers: BTreeMap<String, CoworkerSpec>,
+    /// Prices by `provider:model`.
+    #[serde(default)]
+    prices: BTreeMap<String, Price>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -78,6 +117,7 @@ pub struct Bundle {
     pub root: PathBuf,
     pub name: String,
     pub coworkers: BTreeMap<String, CoworkerSpec>,
+    pub prices: BTreeMap<String, Price>,
 }
 
 impl Bundle {
@@ -110,6 +150,14 @@ impl Bundle {
             .bundle
             .name
             .unwrap_or_else(|| root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
-        Ok(Bundle { root, name, coworkers: parsed.coworkers })
+        let mut coworkers = parsed.coworkers;
+        for spec in coworkers.values_mut() {
+            for model in std::iter::once(&spec.model).chain(&spec.fallback_models) {
+                if let Some(price) = parsed.prices.get(model) {
+                    spec.prices.insert(model.clone(), price.clone());
+                }
+            }
+        }
+        Ok(Bundle { root, name, coworkers, prices: parsed.prices })
     }
 }

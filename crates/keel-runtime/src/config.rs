@@ -62,6 +62,7 @@ pub struct RuntimeConfig {
     pub model_override: Option<String>,
     /// Limits for coworkers that do not set their own.
     pub default_limits: TurnLimits,
+    pub retry: crate::retry::RetryPolicy,
 }
 
 impl RuntimeConfig {
@@ -72,6 +73,7 @@ impl RuntimeConfig {
             providers: ProviderSet::new(),
             model_override: None,
             default_limits: TurnLimits::default(),
+            retry: crate::retry::RetryPolicy::default(),
         }
     }
 }

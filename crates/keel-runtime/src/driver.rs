@@ -14,14 +14,14 @@
 //! No effect runs before its intent is committed.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
-use keel_core::{Next, ToolCall, TurnLimits, after_model};
-use keel_protocol::ids::{new_id, now_ms};
+use keel_core::{Next, ToolCall, TurnLimits};
+use keel_protocol::ids::now_ms;
 use keel_protocol::session::{AttemptInfo, ToolCallInfo, TurnError};
-use keel_protocol::{AttemptStatus, EventKind, Item, ToolCallStatus, ToolSpec, TurnStatus, Usage};
-use keel_provider::{ModelProvider, ModelRequest};
+use keel_protocol::{EventKind, Item, ToolCallStatus, ToolSpec, TurnStatus};
+use keel_provider::ModelProvider;
 use keel_store::NewEvent;
 use keel_tools::{ToolContext, ToolOutput};
 use serde_json::json;
@@ -29,17 +29,34 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bundle::CoworkerSpec;
 use crate::error::{Result, RuntimeError};
-use crate::events::BusMessage;
 use crate::runtime::Runtime;
 use crate::slot::SessionSlot;
+
+mod model_call;
+
+/// One model a coworker may use, resolved to its provider.
+struct ModelChoice {
+    provider: Arc<dyn ModelProvider>,
+    /// The provider's model name.
+    model: String,
+    /// `provider:model`, as journaled.
+    model_ref: String,
+    price: Option<crate::bundle::Price>,
+}
 
 /// What a driver works with for one turn.
 struct TurnRun<'a> {
     runtime: &'a Runtime,
     slot: &'a SessionSlot,
     turn_id: &'a str,
-    provider: Arc<dyn ModelProvider>,
-    model: String,
+    /// The coworker's model first, then its fallbacks.
+    models: Vec<ModelChoice>,
+    model_index: usize,
+    max_output_tokens: Option<u32>,
+    /// Set when a provider refused on safety grounds.
+    block_session: bool,
+    /// A completed attempt waiting to be committed with its decision.
+    pending_attempt: Option<AttemptInfo>,
     instructions: String,
     tools: Vec<ToolSpec>,
     allowed_tools: HashSet<String>,
@@ -76,7 +93,7 @@ pub(crate) async fn drive(
         // If this commit fails too the turn stays `running` on disk and the
         // next open marks it interrupted: nothing is lost either way.
         let failure = TurnError { kind: kind.into(), message };
-        let _ = finish(runtime, slot, turn_id, TurnStatus::Failed, Some(failure), "the turn failed", None).await;
+        let _ = finish(runtime, slot, turn_id, Ending::new(TurnStatus::Failed, Some(failure), "the turn failed")).await;
     }
 }
 
@@ -84,7 +101,12 @@ async fn prepare<'a>(runtime: &'a Runtime, slot: &'a SessionSlot, turn_id: &'a s
     let state = slot.state();
     let spec: CoworkerSpec = serde_json::from_value((*state.info.coworker_spec).clone())
         .map_err(|e| RuntimeError::Config(format!("the session's pinned coworker cannot be read: {e}")))?;
-    let (provider, model) = runtime.inner.providers.resolve(&spec.model)?;
+    let mut models = Vec::new();
+    for model_ref in std::iter::once(&spec.model).chain(&spec.fallback_models) {
+        let (provider, model) = runtime.inner.providers.resolve(model_ref)?;
+        let price = spec.prices.get(model_ref).cloned();
+        models.push(ModelChoice { provider, model, model_ref: model_ref.clone(), price });
+    }
     let tools: Vec<ToolSpec> =
         spec.tools.iter().filter_map(|name| runtime.inner.tools.get(name)).map(|tool| tool.spec()).collect();
     let history = runtime.store().history(slot.id.clone(), 0).await?;
@@ -92,12 +114,18 @@ async fn prepare<'a>(runtime: &'a Runtime, slot: &'a SessionSlot, turn_id: &'a s
         runtime,
         slot,
         turn_id,
-        provider,
-        model,
+        models,
+        model_index: 0,
+        max_output_tokens: spec.max_output_tokens,
+        block_session: false,
+        pending_attempt: None,
         instructions: spec.instructions.clone(),
         allowed_tools: tools.iter().map(|t| t.name.clone()).collect(),
         tools,
-        limits: TurnLimits { max_steps: spec.max_steps.unwrap_or(runtime.inner.default_limits.max_steps) },
+        limits: TurnLimits {
+            max_steps: spec.max_steps.unwrap_or(runtime.inner.default_limits.max_steps),
+            ..runtime.inner.default_limits
+        },
         context: ToolContext { workspace: state.info.workspace.into() },
         history,
         provider_time: std::time::Duration::ZERO,
@@ -125,8 +153,14 @@ impl TurnRun<'_> {
                     Next::CallModel
                 }
                 Next::Finish { status, error } => {
-                    finish(self.runtime, self.slot, self.turn_id, status, error, "the turn ended", Some(&self.history))
-                        .await?;
+                    let ending = Ending {
+                        status,
+                        error,
+                        reason: "the turn ended",
+                        history: Some(&self.history),
+                        block_session: self.block_session,
+                    };
+                    finish(self.runtime, self.slot, self.turn_id, ending).await?;
                     return Ok(());
                 }
             };
@@ -138,131 +172,9 @@ impl TurnRun<'_> {
         if self.runtime.inner.shutdown.is_cancelled() {
             interrupt(self.runtime, self.slot, self.turn_id, "shutdown").await
         } else {
-            finish(
-                self.runtime,
-                self.slot,
-                self.turn_id,
-                TurnStatus::Cancelled,
-                None,
-                "the person cancelled the turn",
-                None,
-            )
-            .await
+            let ending = Ending::new(TurnStatus::Cancelled, None, "the person cancelled the turn");
+            finish(self.runtime, self.slot, self.turn_id, ending).await
         }
-    }
-
-    /// One model round trip. `None` means it was cancelled.
-    async fn call_model(&mut self, cancel: &CancellationToken) -> Result<Option<Next>> {
-        let step = self.slot.turn_steps() + 1;
-        let mut attempt = AttemptInfo {
-            id: new_id("att"),
-            session_id: self.slot.id.clone(),
-            turn_id: self.turn_id.to_string(),
-            step,
-            attempt: 1,
-            model: format!("{}:{}", self.provider.name(), self.model),
-            status: AttemptStatus::Running,
-            text: String::new(),
-            usage: Usage::default(),
-            finish_reason: None,
-            error: None,
-            started_at_ms: now_ms(),
-            finished_at_ms: None,
-        };
-        let started = attempt.clone();
-        self.slot
-            .transact(self.runtime.store(), |_, change| {
-                change.events.push(NewEvent::new(
-                    EventKind::ModelAttemptStarted,
-                    json!({ "turn_id": started.turn_id, "attempt_id": started.id, "step": step, "attempt": 1, "model": started.model }),
-                ));
-                change.attempt = Some(started);
-                Ok(())
-            })
-            .await?;
-        let request = ModelRequest {
-            model: self.model.clone(),
-            instructions: self.instructions.clone(),
-            items: self.history.clone(),
-            tools: self.tools.clone(),
-            max_output_tokens: None,
-        };
-        let streamed = Mutex::new(String::new());
-        let slot = self.slot;
-        let turn_id = self.turn_id;
-        let on_delta = |text: &str| {
-            if let Ok(mut all) = streamed.lock() {
-                all.push_str(text);
-            }
-            slot.publish(BusMessage::Delta { turn_id: turn_id.to_string(), text: text.to_string() });
-        };
-        let clock = Instant::now();
-        let result = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => None,
-            result = self.provider.stream(&request, &on_delta) => Some(result),
-        };
-        self.provider_time += clock.elapsed();
-        attempt.text = streamed.lock().map(|s| s.clone()).unwrap_or_default();
-        attempt.finished_at_ms = Some(now_ms());
-        let Some(result) = result else {
-            attempt.status = AttemptStatus::Abandoned;
-            self.commit_attempt(attempt, Vec::new(), step).await?;
-            return Ok(None);
-        };
-        match result {
-            Ok(response) => {
-                attempt.status = AttemptStatus::Completed;
-                attempt.usage = response.usage;
-                attempt.finish_reason = Some(response.finish.as_str().to_string());
-                let decision = after_model(response.items, step, self.limits);
-                self.commit_attempt(attempt, decision.append, step).await?;
-                Ok(Some(decision.next))
-            }
-            Err(error) => {
-                attempt.status = AttemptStatus::Failed;
-                attempt.error = Some(error.to_string());
-                self.commit_attempt(attempt, Vec::new(), step).await?;
-                Ok(Some(Next::Finish {
-                    status: TurnStatus::Failed,
-                    error: Some(TurnError {
-                        kind: format!("provider_{}", error.kind.as_str()),
-                        message: error.to_string(),
-                    }),
-                }))
-            }
-        }
-    }
-
-    /// Commits an attempt's outcome with the items it adds to history.
-    async fn commit_attempt(&mut self, attempt: AttemptInfo, items: Vec<Item>, step: u32) -> Result<()> {
-        let completed = attempt.status == AttemptStatus::Completed;
-        let usage = attempt.usage;
-        let finished = json!({
-            "turn_id": attempt.turn_id, "attempt_id": attempt.id, "status": attempt.status,
-            "usage": attempt.usage, "finish_reason": attempt.finish_reason, "error": attempt.error,
-        });
-        let added = items.clone();
-        let turn_id = self.turn_id;
-        self.slot
-            .transact(self.runtime.store(), |state, change| {
-                change.events.push(NewEvent::new(EventKind::ModelAttemptFinished, finished));
-                change.attempt = Some(attempt);
-                state.info.usage.add(&usage);
-                if let Some(turn) = state.turn.as_mut() {
-                    turn.usage.add(&usage);
-                    if completed {
-                        turn.steps = step;
-                    }
-                }
-                for item in added {
-                    push_item(change, &mut state.info, turn_id, item);
-                }
-                Ok(())
-            })
-            .await?;
-        self.history.extend(items);
-        Ok(())
     }
 
     /// Runs one tool call between its journaled intent and result. Returns
@@ -342,17 +254,28 @@ pub(crate) fn push_item(
     change.history.push((index, item));
 }
 
-/// Ends a turn with `status`, answering every call the model made that has
-/// no output yet so the next request to the model is well formed.
-pub(crate) async fn finish(
-    runtime: &Runtime,
-    slot: &SessionSlot,
-    turn_id: &str,
-    status: TurnStatus,
-    error: Option<TurnError>,
-    reason: &str,
-    history: Option<&[Item]>,
-) -> Result<()> {
+/// How a turn ends.
+pub(crate) struct Ending<'h> {
+    pub status: TurnStatus,
+    pub error: Option<TurnError>,
+    /// Why, in words that complete "not run: ... before this call started".
+    pub reason: &'static str,
+    /// The session's history if the caller holds it (saves a store read).
+    pub history: Option<&'h [Item]>,
+    /// Mark the session provider-blocked in the same commit.
+    pub block_session: bool,
+}
+
+impl Ending<'_> {
+    pub fn new(status: TurnStatus, error: Option<TurnError>, reason: &'static str) -> Ending<'static> {
+        Ending { status, error, reason, history: None, block_session: false }
+    }
+}
+
+/// Ends a turn, answering every call the model made that has no output yet
+/// so the next request to the model is well formed.
+pub(crate) async fn finish(runtime: &Runtime, slot: &SessionSlot, turn_id: &str, ending: Ending<'_>) -> Result<()> {
+    let Ending { status, error, reason, history, block_session } = ending;
     let Some(turn) = slot.state().turn.filter(|t| t.id == turn_id) else {
         return Err(RuntimeError::Conflict(format!("turn {turn_id} is not the session's current turn")));
     };
@@ -372,6 +295,9 @@ pub(crate) async fn finish(
         };
         turn.status = status;
         turn.error = error.clone();
+        if block_session {
+            state.info.provider_blocked = true;
+        }
         for (item, interrupted) in closing {
             if let (Some(mut call), Item::FunctionCallOutput { output, .. }) = (interrupted, &item) {
                 change.events.push(NewEvent::new(
@@ -388,7 +314,7 @@ pub(crate) async fn finish(
         }
         change.events.push(NewEvent::new(
             EventKind::TurnFinished,
-            json!({ "turn_id": turn_id, "status": status, "error": error }),
+            json!({ "turn_id": turn_id, "status": status, "error": error, "provider_blocked": block_session }),
         ));
         Ok(())
     })

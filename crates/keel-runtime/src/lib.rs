@@ -19,11 +19,12 @@ pub mod events;
 pub mod inspect;
 pub mod metrics;
 mod recovery;
+pub mod retry;
 mod runtime;
 mod slot;
 pub mod state_dir;
 
-pub use bundle::{Bundle, CoworkerSpec};
+pub use bundle::{Bundle, CoworkerSpec, Price};
 pub use config::{ProviderSet, RuntimeConfig};
 pub use error::{Result, RuntimeError};
 pub use events::{BusMessage, EventStream};

@@ -41,6 +41,8 @@ pub(crate) struct Inner {
     pub tasks: TaskTracker,
     pub shutdown: CancellationToken,
     pub metrics: crate::metrics::Metrics,
+    pub retry: crate::retry::RetryPolicy,
+    pub breakers: crate::retry::Breakers,
     _lock: StateLock,
 }
 
@@ -89,6 +91,8 @@ impl Runtime {
                 tasks: TaskTracker::new(),
                 shutdown: CancellationToken::new(),
                 metrics: Default::default(),
+                retry: config.retry,
+                breakers: Default::default(),
                 _lock: lock,
             }),
         };
@@ -128,6 +132,9 @@ impl Runtime {
                 let mut spec = spec.clone();
                 if let Some(model) = &self.inner.model_override {
                     spec.model = model.clone();
+                    spec.fallback_models.clear();
+                    spec.prices =
+                        bundle.prices.get(model).map(|p| [(model.clone(), p.clone())].into()).unwrap_or_default();
                 }
                 return Ok((bundle, spec));
             }
@@ -155,7 +162,9 @@ impl Runtime {
                 )));
             }
         }
-        self.inner.providers.resolve(&spec.model)?;
+        for model in std::iter::once(&spec.model).chain(&spec.fallback_models) {
+            self.inner.providers.resolve(model)?;
+        }
         let workspace = Path::new(&params.workspace);
         let workspace = workspace.canonicalize().map_err(|e| {
             RuntimeError::InvalidParams(format!(
@@ -299,6 +308,8 @@ impl Runtime {
                 submission_id: submission_id.to_string(),
                 status: TurnStatus::Running,
                 steps: 0,
+                attempts: 0,
+                continuations: 0,
                 history_start: index,
                 error: None,
                 usage: Usage::default(),
@@ -365,16 +376,8 @@ impl Runtime {
         if turn.status.is_terminal() {
             return Ok(TurnControlResponse { turn_id: turn.id, status: turn.status });
         }
-        crate::driver::finish(
-            self,
-            &slot,
-            &turn.id,
-            TurnStatus::Cancelled,
-            None,
-            "the person cancelled the turn",
-            None,
-        )
-        .await?;
+        let ending = crate::driver::Ending::new(TurnStatus::Cancelled, None, "the person cancelled the turn");
+        crate::driver::finish(self, &slot, &turn.id, ending).await?;
         Ok(TurnControlResponse { turn_id: turn.id, status: TurnStatus::Cancelled })
     }
 

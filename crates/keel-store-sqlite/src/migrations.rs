@@ -10,7 +10,13 @@ use rusqlite::Connection;
 
 use crate::backend;
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, V1)];
+const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2)];
+
+/// Provider attempts and output-limit continuations per turn.
+const V2: &str = "
+ALTER TABLE turns ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE turns ADD COLUMN continuations INTEGER NOT NULL DEFAULT 0;
+";
 
 const V1: &str = "
 CREATE TABLE sessions (

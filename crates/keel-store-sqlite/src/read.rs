@@ -58,8 +58,7 @@ pub fn session(conn: &Connection, id: &str) -> Result<Option<SessionInfo>> {
     st.query_row([id], session_row).optional().map_err(backend)?.transpose()
 }
 
-const TURN_COLUMNS: &str =
-    "id, session_id, submission_id, status, steps, history_start, error, usage, created_at_ms, updated_at_ms";
+const TURN_COLUMNS: &str = "id, session_id, submission_id, status, steps, history_start, error, usage, created_at_ms, updated_at_ms, attempts, continuations";
 
 fn turn_row(row: &Row<'_>) -> rusqlite::Result<Result<TurnInfo>> {
     let status: String = row.get(3)?;
@@ -78,6 +77,8 @@ fn turn_row(row: &Row<'_>) -> rusqlite::Result<Result<TurnInfo>> {
             usage: json("turns", &usage)?,
             created_at_ms: row.get(8).map_err(backend)?,
             updated_at_ms: row.get(9).map_err(backend)?,
+            attempts: row.get(10).map_err(backend)?,
+            continuations: row.get(11).map_err(backend)?,
         })
     })())
 }

@@ -104,10 +104,12 @@ fn apply(conn: &Connection, change: &Change) -> Result<Vec<Event>> {
     for t in &change.turns {
         let error = t.error.as_ref().map(to_json).transpose()?;
         conn.prepare_cached(
-            "INSERT INTO turns (id, session_id, submission_id, status, steps, history_start, error, usage, created_at_ms, updated_at_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+            "INSERT INTO turns (id, session_id, submission_id, status, steps, history_start, error, usage, created_at_ms,
+                updated_at_ms, attempts, continuations)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
              ON CONFLICT (id) DO UPDATE SET status = excluded.status, steps = excluded.steps,
-                error = excluded.error, usage = excluded.usage, updated_at_ms = excluded.updated_at_ms",
+                error = excluded.error, usage = excluded.usage, updated_at_ms = excluded.updated_at_ms,
+                attempts = excluded.attempts, continuations = excluded.continuations",
         )
         .and_then(|mut st| {
             st.execute(params![
@@ -121,6 +123,8 @@ fn apply(conn: &Connection, change: &Change) -> Result<Vec<Event>> {
                 to_json(&t.usage).unwrap_or_default(),
                 t.created_at_ms,
                 t.updated_at_ms,
+                t.attempts,
+                t.continuations,
             ])
         })
         .map_err(backend)?;

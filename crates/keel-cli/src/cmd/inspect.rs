@@ -80,8 +80,12 @@ pub async fn show(state: PathBuf, args: ShowArgs) -> anyhow::Result<ExitCode> {
     println!("coworker  {}  model {}", s.coworker, s.coworker_spec["model"].as_str().unwrap_or("?"));
     println!("workspace {}", s.workspace);
     println!(
-        "usage     {} input, {} output, {} cached, {} reasoning tokens",
-        s.usage.input_tokens, s.usage.output_tokens, s.usage.cached_input_tokens, s.usage.reasoning_tokens
+        "usage     {} input, {} output, {} cached, {} reasoning tokens; cost ${:.6}",
+        s.usage.input_tokens,
+        s.usage.output_tokens,
+        s.usage.cached_input_tokens,
+        s.usage.reasoning_tokens,
+        s.usage.cost_micro_usd as f64 / 1e6
     );
     if let Some(turn) = &snapshot.turn {
         print!("turn      {} {} after {} model round trips", turn.id, turn.status.as_str(), turn.steps);
@@ -99,6 +103,18 @@ pub async fn show(state: PathBuf, args: ShowArgs) -> anyhow::Result<ExitCode> {
         snapshot.attempts.len(),
         snapshot.attempts.iter().filter(|a| a.error.is_some()).count()
     );
+    for attempt in &snapshot.attempts {
+        println!(
+            "  step {} try {} {} {} ({} in / {} out){}",
+            attempt.step,
+            attempt.attempt,
+            attempt.model,
+            attempt.status.as_str(),
+            attempt.usage.input_tokens,
+            attempt.usage.output_tokens,
+            attempt.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+        );
+    }
     println!("events    {}", snapshot.last_seq);
     Ok(ExitCode::SUCCESS)
 }

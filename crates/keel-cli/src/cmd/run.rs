@@ -31,6 +31,7 @@ pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
     let mut config = RuntimeConfig::new(&state);
     config.bundles = vec![args.bundle];
     config.providers = crate::providers::from_env()?;
+    config.retry = crate::providers::retry_from_env()?;
     config.model_override = args.model;
     let runtime = Runtime::open(config).await?;
     runtime.recover().await?;
@@ -93,6 +94,24 @@ async fn follow(events: &mut keel_runtime::EventStream, turn_id: &str) -> anyhow
                             let _ = stdout.flush();
                         }
                         streamed_since_item = false;
+                    }
+                    k if k == EventKind::ModelRetrying.as_str() => {
+                        if streamed_since_item {
+                            println!();
+                            streamed_since_item = false;
+                        }
+                        eprintln!(
+                            "keel: the model request failed ({}); retrying in {} ms",
+                            event.data["reason"].as_str().unwrap_or("?"),
+                            event.data["delay_ms"]
+                        );
+                    }
+                    k if k == EventKind::ModelSwitched.as_str() => {
+                        eprintln!(
+                            "keel: switching to {} ({})",
+                            event.data["to"].as_str().unwrap_or("?"),
+                            event.data["reason"].as_str().unwrap_or("?")
+                        );
                     }
                     k if k == EventKind::ToolCallStarted.as_str() => {
                         eprintln!(

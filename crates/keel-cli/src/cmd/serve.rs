@@ -37,6 +37,7 @@ pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
     let mut config = RuntimeConfig::new(&state);
     config.bundles = args.bundles;
     config.providers = crate::providers::from_env()?;
+    config.retry = crate::providers::retry_from_env()?;
     config.model_override = args.model;
     let runtime = Runtime::open(config).await?;
     let recovered = runtime.recover().await?;

@@ -1,0 +1,281 @@
+//! One model round trip: attempts, retries, fallbacks and what the answer
+//! means for the turn.
+//!
+//! Every attempt is journaled before its request is sent
+//! (`model_attempt_started`) and after it ends (`model_attempt_finished`,
+//! with its status and any text it streamed). A failed attempt's text stays
+//! in the attempts ledger: it never enters history and never reaches the
+//! next attempt, whose request is built from committed history alone.
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use keel_core::{Next, after_model, after_output_limit};
+use keel_protocol::ids::{new_id, now_ms};
+use keel_protocol::session::{AttemptInfo, TurnError};
+use keel_protocol::{AttemptStatus, EventKind, Item, TurnStatus, Usage};
+use keel_provider::{FailureKind, FinishReason, ModelRequest, ModelResponse, ProviderError};
+use keel_store::NewEvent;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::{TurnRun, push_item};
+use crate::error::Result;
+use crate::events::BusMessage;
+
+/// How one attempt ended.
+enum Outcome {
+    Completed(ModelResponse),
+    Failed(ProviderError),
+    Cancelled,
+}
+
+impl TurnRun<'_> {
+    /// One model round trip. `None` means the turn was cancelled.
+    pub(super) async fn call_model(&mut self, cancel: &CancellationToken) -> Result<Option<Next>> {
+        let step = self.slot.turn_steps() + 1;
+        let mut tries_on_model = 0u32;
+        loop {
+            let provider_name = self.models[self.model_index].provider.name().to_string();
+            if let Some(wait) = self.runtime.inner.breakers.open_for(&provider_name) {
+                let reason = format!("circuit_open ({}s left)", wait.as_secs());
+                if self.switch_model(&reason).await? {
+                    tries_on_model = 0;
+                    continue;
+                }
+                let error = ProviderError::new(
+                    FailureKind::Transport,
+                    format!(
+                        "provider {provider_name} failed repeatedly; keel sends it nothing for another {}s. Retry later or give the coworker a fallback model",
+                        wait.as_secs() + 1
+                    ),
+                );
+                return Ok(Some(self.failure_next(error)));
+            }
+            tries_on_model += 1;
+            match self.attempt(step, cancel).await? {
+                Outcome::Cancelled => return Ok(None),
+                Outcome::Completed(response) => {
+                    self.runtime.inner.breakers.success(&provider_name);
+                    return Ok(Some(self.decide(response, step).await?));
+                }
+                Outcome::Failed(error) => {
+                    if error.kind.is_retryable() {
+                        self.runtime.inner.breakers.failure(&provider_name);
+                    }
+                    let policy = self.runtime.inner.retry;
+                    if error.kind.is_retryable() && tries_on_model < policy.max_attempts {
+                        let delay = policy.delay(tries_on_model, error.retry_after);
+                        let retrying = json!({
+                            "turn_id": self.turn_id, "step": step, "next_attempt": tries_on_model + 1,
+                            "delay_ms": delay.as_millis() as u64, "reason": error.kind.as_str(), "error": error.message,
+                        });
+                        self.slot
+                            .transact(self.runtime.store(), |_, change| {
+                                change.events.push(NewEvent::new(EventKind::ModelRetrying, retrying));
+                                Ok(())
+                            })
+                            .await?;
+                        tokio::select! {
+                            biased;
+                            _ = cancel.cancelled() => return Ok(None),
+                            _ = tokio::time::sleep(delay) => {}
+                        }
+                        continue;
+                    }
+                    let switchable = matches!(error.kind, FailureKind::Auth) || error.kind.is_retryable();
+                    if switchable && self.switch_model(error.kind.as_str()).await? {
+                        tries_on_model = 0;
+                        continue;
+                    }
+                    return Ok(Some(self.failure_next(error)));
+                }
+            }
+        }
+    }
+
+    /// Moves to the coworker's next fallback model, journaling the switch.
+    /// Returns false when there is none left.
+    async fn switch_model(&mut self, reason: &str) -> Result<bool> {
+        if self.model_index + 1 >= self.models.len() {
+            return Ok(false);
+        }
+        let from = self.models[self.model_index].model_ref.clone();
+        self.model_index += 1;
+        let to = self.models[self.model_index].model_ref.clone();
+        let switched = json!({ "turn_id": self.turn_id, "from": from, "to": to, "reason": reason });
+        self.slot
+            .transact(self.runtime.store(), |_, change| {
+                change.events.push(NewEvent::new(EventKind::ModelSwitched, switched));
+                Ok(())
+            })
+            .await?;
+        Ok(true)
+    }
+
+    /// The end of a turn whose model round trip failed for good.
+    fn failure_next(&mut self, error: ProviderError) -> Next {
+        let message = match error.kind {
+            FailureKind::SafetyBlocked => {
+                self.block_session = true;
+                format!(
+                    "{error}; the provider refused on safety grounds, so this session accepts no new turns. Start a new session"
+                )
+            }
+            FailureKind::ContextTooLong => {
+                format!("{error}; the conversation no longer fits the model's context window. Start a new session")
+            }
+            _ => error.to_string(),
+        };
+        Next::Finish {
+            status: TurnStatus::Failed,
+            error: Some(TurnError { kind: format!("provider_{}", error.kind.as_str()), message }),
+        }
+    }
+
+    /// Sends one request, journaling the attempt before and after.
+    async fn attempt(&mut self, step: u32, cancel: &CancellationToken) -> Result<Outcome> {
+        let model = &self.models[self.model_index];
+        let provider = model.provider.clone();
+        let mut attempt = AttemptInfo {
+            id: new_id("att"),
+            session_id: self.slot.id.clone(),
+            turn_id: self.turn_id.to_string(),
+            step,
+            attempt: 0,
+            model: model.model_ref.clone(),
+            status: AttemptStatus::Running,
+            text: String::new(),
+            usage: Usage::default(),
+            finish_reason: None,
+            error: None,
+            started_at_ms: now_ms(),
+            finished_at_ms: None,
+        };
+        let request = ModelRequest {
+            model: model.model.clone(),
+            instructions: self.instructions.clone(),
+            items: self.history.clone(),
+            tools: self.tools.clone(),
+            max_output_tokens: self.max_output_tokens,
+        };
+        self.slot
+            .transact(self.runtime.store(), |state, change| {
+                let turn_attempts = state.turn.as_mut().map(|t| {
+                    t.attempts += 1;
+                    t.attempts
+                });
+                attempt.attempt = turn_attempts.unwrap_or(1);
+                change.events.push(NewEvent::new(
+                    EventKind::ModelAttemptStarted,
+                    json!({ "turn_id": attempt.turn_id, "attempt_id": attempt.id, "step": step, "attempt": attempt.attempt, "model": attempt.model }),
+                ));
+                change.attempt = Some(attempt.clone());
+                Ok(())
+            })
+            .await?;
+        let streamed = Mutex::new(String::new());
+        let slot = self.slot;
+        let turn_id = self.turn_id;
+        let on_delta = |text: &str| {
+            if let Ok(mut all) = streamed.lock() {
+                all.push_str(text);
+            }
+            slot.publish(BusMessage::Delta { turn_id: turn_id.to_string(), text: text.to_string() });
+        };
+        let clock = Instant::now();
+        let result = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => None,
+            result = provider.stream(&request, &on_delta) => Some(result),
+        };
+        self.provider_time += clock.elapsed();
+        attempt.text = streamed.lock().map(|s| s.clone()).unwrap_or_default();
+        attempt.finished_at_ms = Some(now_ms());
+        let outcome = match result {
+            None => {
+                attempt.status = AttemptStatus::Abandoned;
+                Outcome::Cancelled
+            }
+            Some(Ok(mut response)) => {
+                attempt.status = AttemptStatus::Completed;
+                response.usage.cost_micro_usd = self.cost(&response.usage);
+                attempt.usage = response.usage;
+                attempt.finish_reason = Some(response.finish.as_str().to_string());
+                Outcome::Completed(response)
+            }
+            Some(Err(error)) => {
+                attempt.status = AttemptStatus::Failed;
+                attempt.error = Some(format!("{}: {}", error.kind.as_str(), error.message));
+                Outcome::Failed(error)
+            }
+        };
+        if !matches!(outcome, Outcome::Completed(_)) {
+            self.commit_attempt(attempt, Vec::new(), None).await?;
+        } else {
+            self.pending_attempt = Some(attempt);
+        }
+        Ok(outcome)
+    }
+
+    /// The cost of `usage` under the coworker's price for the current model.
+    fn cost(&self, usage: &Usage) -> u64 {
+        let Some(price) = &self.models[self.model_index].price else { return 0 };
+        price.micro_usd(usage)
+    }
+
+    /// Records a completed response with the history it adds and decides
+    /// what follows.
+    async fn decide(&mut self, response: ModelResponse, step: u32) -> Result<Next> {
+        let Some(attempt) = self.pending_attempt.take() else {
+            return Ok(Next::CallModel);
+        };
+        let continuations = self.slot.state().turn.map(|t| t.continuations).unwrap_or(0);
+        let (decision, continued) = if response.finish == FinishReason::Length {
+            after_output_limit(response.items, step, continuations, self.limits)
+        } else {
+            (after_model(response.items, step, self.limits), false)
+        };
+        self.commit_attempt(attempt, decision.append, Some((step, continued))).await?;
+        Ok(decision.next)
+    }
+
+    /// Commits an attempt's outcome; a completed one with the items it adds
+    /// to history, its step, and whether it continued a cut answer.
+    async fn commit_attempt(
+        &mut self,
+        attempt: AttemptInfo,
+        items: Vec<Item>,
+        completed: Option<(u32, bool)>,
+    ) -> Result<()> {
+        let usage = attempt.usage;
+        let finished = json!({
+            "turn_id": attempt.turn_id, "attempt_id": attempt.id, "attempt": attempt.attempt, "status": attempt.status,
+            "usage": attempt.usage, "finish_reason": attempt.finish_reason, "error": attempt.error,
+        });
+        let added = items.clone();
+        let turn_id = self.turn_id;
+        self.slot
+            .transact(self.runtime.store(), |state, change| {
+                change.events.push(NewEvent::new(EventKind::ModelAttemptFinished, finished));
+                change.attempt = Some(attempt);
+                state.info.usage.add(&usage);
+                if let Some(turn) = state.turn.as_mut() {
+                    turn.usage.add(&usage);
+                    if let Some((step, continued)) = completed {
+                        turn.steps = step;
+                        if continued {
+                            turn.continuations += 1;
+                        }
+                    }
+                }
+                for item in added {
+                    push_item(change, &mut state.info, turn_id, item);
+                }
+                Ok(())
+            })
+            .await?;
+        self.history.extend(items);
+        Ok(())
+    }
+}
