@@ -24,6 +24,17 @@ pub struct ResumePlan {
     pub next: Next,
 }
 
+/// The call ids that already have an output.
+fn answered_calls(items: &[Item]) -> HashSet<&str> {
+    items
+        .iter()
+        .filter_map(|i| match i {
+            Item::FunctionCallOutput { call_id, .. } => Some(call_id.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Plans how to continue a turn.
 ///
 /// `turn_items` is the turn's part of history (from its user message on),
@@ -35,13 +46,7 @@ pub fn plan_resume(
     steps_done: u32,
     limits: TurnLimits,
 ) -> ResumePlan {
-    let answered: HashSet<&str> = turn_items
-        .iter()
-        .filter_map(|i| match i {
-            Item::FunctionCallOutput { call_id, .. } => Some(call_id.as_str()),
-            _ => None,
-        })
-        .collect();
+    let answered = answered_calls(turn_items);
     let mut append = Vec::new();
     let mut interrupted = Vec::new();
     let mut unstarted = Vec::new();
@@ -94,13 +99,7 @@ pub fn close_unanswered(
     ledger: &[ToolCallInfo],
     reason: &str,
 ) -> Vec<(Item, Option<ToolCallInfo>)> {
-    let answered: HashSet<&str> = turn_items
-        .iter()
-        .filter_map(|i| match i {
-            Item::FunctionCallOutput { call_id, .. } => Some(call_id.as_str()),
-            _ => None,
-        })
-        .collect();
+    let answered = answered_calls(turn_items);
     let mut out = Vec::new();
     for item in turn_items {
         let Item::FunctionCall { call_id, .. } = item else { continue };

@@ -15,6 +15,17 @@ fn parse<T: for<'de> Deserialize<'de>>(arguments: Value) -> Result<T, ToolOutput
     serde_json::from_value(arguments).map_err(|e| ToolOutput::error(format!("invalid arguments: {e}")))
 }
 
+/// Parses the arguments and resolves their path inside the workspace.
+fn parse_path<T: for<'de> Deserialize<'de>>(
+    context: &ToolContext,
+    arguments: Value,
+    path_of: impl Fn(&T) -> &String,
+) -> Result<(T, std::path::PathBuf), ToolOutput> {
+    let args: T = parse(arguments)?;
+    let path = resolve(&context.workspace, path_of(&args)).map_err(|e| ToolOutput::error(e.to_string()))?;
+    Ok((args, path))
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PathArgs {
@@ -47,13 +58,9 @@ impl Tool for ReadFile {
 
     fn call<'a>(&'a self, context: &'a ToolContext, arguments: Value) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let args: PathArgs = match parse(arguments) {
-                Ok(args) => args,
+            let (args, path) = match parse_path::<PathArgs>(context, arguments, |a| &a.path) {
+                Ok(parsed) => parsed,
                 Err(output) => return output,
-            };
-            let path = match resolve(&context.workspace, &args.path) {
-                Ok(path) => path,
-                Err(e) => return ToolOutput::error(e.to_string()),
             };
             match tokio::fs::read(&path).await {
                 Ok(bytes) => {
@@ -93,13 +100,9 @@ impl Tool for WriteFile {
 
     fn call<'a>(&'a self, context: &'a ToolContext, arguments: Value) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let args: WriteArgs = match parse(arguments) {
-                Ok(args) => args,
+            let (args, path) = match parse_path::<WriteArgs>(context, arguments, |a| &a.path) {
+                Ok(parsed) => parsed,
                 Err(output) => return output,
-            };
-            let path = match resolve(&context.workspace, &args.path) {
-                Ok(path) => path,
-                Err(e) => return ToolOutput::error(e.to_string()),
             };
             if let Some(parent) = path.parent()
                 && let Err(e) = tokio::fs::create_dir_all(parent).await
@@ -133,13 +136,9 @@ impl Tool for ListDir {
 
     fn call<'a>(&'a self, context: &'a ToolContext, arguments: Value) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let args: PathArgs = match parse(arguments) {
-                Ok(args) => args,
+            let (args, path) = match parse_path::<PathArgs>(context, arguments, |a| &a.path) {
+                Ok(parsed) => parsed,
                 Err(output) => return output,
-            };
-            let path = match resolve(&context.workspace, &args.path) {
-                Ok(path) => path,
-                Err(e) => return ToolOutput::error(e.to_string()),
             };
             let mut reader = match tokio::fs::read_dir(&path).await {
                 Ok(reader) => reader,

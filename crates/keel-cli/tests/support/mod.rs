@@ -33,11 +33,17 @@ impl Keel {
     /// Starts `keel serve` on a free loopback port with the example bundle,
     /// pointing `openai-chat` at `base_url`.
     pub fn start(state: &Path, base_url: &str) -> Result<Keel> {
+        Keel::start_with(state, base_url, &example_bundle(), &[])
+    }
+
+    /// Starts `keel serve` with a chosen bundle and extra environment.
+    pub fn start_with(state: &Path, base_url: &str, bundle: &Path, env: &[(&str, &str)]) -> Result<Keel> {
         let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
             .arg("--state")
             .arg(state)
             .args(["serve", "--listen", "127.0.0.1:0", "--bundle"])
-            .arg(example_bundle())
+            .arg(bundle)
+            .envs(env.iter().copied())
             .env("OPENAI_BASE_URL", base_url)
             .env("OPENAI_API_KEY", "sk-test-key")
             .env("KEEL_LOG", "warn")
