@@ -18,7 +18,8 @@ pub const MAX_BODY_EXCERPT: usize = 500;
 
 /// What an error body says, in the shapes OpenAI, Anthropic, Ollama and
 /// llama.cpp use: `{"error": {"code", "type", "message"}}`,
-/// `{"error": "text"}`, or `{"type": "error", "error": {...}}`.
+/// `{"error": "text"}`, `{"type": "error", "error": {...}}`, or the flat
+/// `{"type": "error", "code", "message"}` of a Responses `error` event.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct ErrorDetails {
     pub code: Option<String>,
@@ -92,19 +93,20 @@ pub fn classify_stream_error(error: &Value) -> ProviderError {
 fn kind_for(status: Option<u16>, details: &ErrorDetails, text: &str) -> FailureKind {
     let lower = text.to_ascii_lowercase();
     if details.has_tag(&["content_filter", "content_policy_violation"])
-        || ["content_policy_violation", "content_filter", "content management policy", "safety system"]
+        || ["content_policy_violation", "content_filter", "content management policy", "safety system", "usage policy"]
             .iter()
             .any(|needle| lower.contains(needle))
     {
         return FailureKind::SafetyBlocked;
     }
-    if details.has_tag(&["insufficient_quota", "billing_hard_limit_reached", "billing_not_active"]) {
+    if details.has_tag(&["insufficient_quota", "billing_hard_limit_reached", "billing_not_active", "billing_error"]) {
         return FailureKind::Auth;
     }
-    let context_too_long = details.has_tag(&["context_length_exceeded", "exceed_context_size_error"])
-        || ["maximum context length", "context length", "context window", "context size", "prompt is too long"]
-            .iter()
-            .any(|needle| lower.contains(needle));
+    let context_too_long =
+        details.has_tag(&["context_length_exceeded", "exceed_context_size_error", "request_too_large"])
+            || ["maximum context length", "context length", "context window", "context size", "prompt is too long"]
+                .iter()
+                .any(|needle| lower.contains(needle));
     match status {
         Some(429) => FailureKind::RateLimited,
         Some(401..=403) => FailureKind::Auth,
@@ -131,7 +133,13 @@ fn kind_from_tags(details: &ErrorDetails) -> FailureKind {
         "permission_denied",
     ]) {
         FailureKind::Auth
-    } else if details.has_tag(&["invalid_request_error", "not_found_error", "model_not_found", "invalid_value"]) {
+    } else if details.has_tag(&[
+        "invalid_request_error",
+        "not_found_error",
+        "model_not_found",
+        "invalid_value",
+        "invalid_prompt",
+    ]) {
         FailureKind::BadRequest
     } else {
         FailureKind::Transient
@@ -175,6 +183,32 @@ fn advice(kind: FailureKind, status: Option<u16>, retry_after: Option<Duration>)
             "check the model name and the request; retrying the same request will not help".to_owned()
         }
     }
+}
+
+/// The server sent event data that does not parse as `what` (such as "a
+/// valid chunk"); `api` names what the base URL should point at.
+pub fn invalid_data(what: &str, api: &str, data: &str, error: &dyn std::fmt::Display) -> ProviderError {
+    ProviderError::new(
+        FailureKind::Transport,
+        format!(
+            "the provider sent data that is not {what} ({error}): {}; retry the request, and check that the base URL points at {api}",
+            excerpt(data)
+        ),
+    )
+}
+
+/// The body ended cleanly but before the terminal event of the stream.
+pub fn stream_ended_early() -> ProviderError {
+    ProviderError::new(FailureKind::Transport, "the stream ended before the model finished; retry the request")
+}
+
+/// A content filter (or a refusal) ended the response before any output:
+/// nothing usable came back, and the same request will be refused again.
+pub fn content_filtered_before_output() -> ProviderError {
+    ProviderError::new(
+        FailureKind::SafetyBlocked,
+        "the provider's content filter stopped the response before any output; change the request, sending the same one again will be refused again",
+    )
 }
 
 /// At most [`MAX_BODY_EXCERPT`] characters of `text`, whitespace collapsed,

@@ -113,6 +113,20 @@ fn stream_errors_are_classified_by_code_and_type() {
         (json!({"code": 500, "message": "llama.cpp failed"}), FailureKind::Transient),
         (json!({"code": 429, "message": "busy"}), FailureKind::RateLimited),
         (json!("something broke"), FailureKind::Transient),
+        (json!({"type": "billing_error", "message": "Your credit balance is too low"}), FailureKind::Auth),
+        (
+            json!({"type": "request_too_large", "message": "Request exceeds the maximum size"}),
+            FailureKind::ContextTooLong,
+        ),
+        (json!({"code": "invalid_prompt", "message": "Invalid prompt: unsupported input"}), FailureKind::BadRequest),
+        (
+            json!({"code": "invalid_prompt", "message": "Invalid prompt: flagged as potentially violating our usage policy"}),
+            FailureKind::SafetyBlocked,
+        ),
+        (
+            json!({"type": "error", "code": "rate_limit_exceeded", "message": "flat Responses error event"}),
+            FailureKind::RateLimited,
+        ),
     ];
     for (error, expected) in cases {
         let classified = classify_stream_error(&error);

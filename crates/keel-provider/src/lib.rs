@@ -1,14 +1,23 @@
 //! Model providers: one trait, one adapter per wire format.
 //!
-//! Transport concerns (HTTP, SSE framing) live in [`sse`]; each provider
-//! module maps keel's history [`Item`]s to its wire format and back in one
+//! Transport concerns live in two places shared by every adapter: SSE
+//! framing in [`sse`] and the HTTP exchange (timeouts, status
+//! classification, the stream loop) in `transport`, which drives each
+//! adapter's decoder through the contract in `decoding`. Each provider module
+//! ([`openai_chat`], [`openai_responses`], [`anthropic`]) only maps keel's
+//! history [`Item`]s to its wire format and decodes its events back, in one
 //! place. Every failure is classified into a [`FailureKind`] so the runtime can
 //! decide what to retry without looking at provider-specific text.
 
+pub mod anthropic;
+mod decoding;
 mod failure;
 pub mod openai_chat;
+pub mod openai_responses;
+mod output;
 mod retry_after;
 pub mod sse;
+mod transport;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,7 +25,9 @@ use std::time::Duration;
 
 use keel_protocol::{Item, ToolSpec, Usage};
 
+pub use anthropic::{Anthropic, AnthropicConfig};
 pub use openai_chat::{OpenAiChat, OpenAiChatConfig};
+pub use openai_responses::{OpenAiResponses, OpenAiResponsesConfig};
 
 /// What to send to a model.
 #[derive(Debug, Clone, PartialEq)]
@@ -123,12 +134,16 @@ impl ProviderError {
 /// Why a provider could not be built from its settings.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    #[error("the base URL `{url}` is not usable ({reason}); set an http(s) URL such as https://api.openai.com/v1")]
+    #[error(
+        "the base URL `{url}` is not usable ({reason}); set an http(s) URL such as https://api.openai.com/v1 or https://api.anthropic.com"
+    )]
     InvalidBaseUrl { url: String, reason: String },
     #[error(
         "the API key contains characters that cannot be sent in an HTTP header; check the key for stray quotes or line breaks"
     )]
     InvalidApiKey,
+    #[error("the {setting} setting `{value}` cannot be sent in an HTTP header; remove stray quotes or line breaks")]
+    InvalidHeaderValue { setting: &'static str, value: String },
     #[error("the HTTP client could not be built: {0}; check the TLS setup of this machine")]
     HttpClient(String),
 }

@@ -3,125 +3,62 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::Context;
 use keel_protocol::{Item, ToolSpec, Usage};
-use keel_provider::{
-    FailureKind, FinishReason, ModelProvider, ModelRequest, ModelResponse, OpenAiChat, OpenAiChatConfig, ProviderError,
-};
-use keel_testkit::{MockServer, RecordedRequest, Reply, ScriptedUsage, ToolCall};
+use keel_provider::{FailureKind, FinishReason, ModelRequest, OpenAiChat, OpenAiChatConfig, ProviderError};
+use keel_testkit::{MockServer, Reply, ScriptedUsage, responders};
 use serde_json::json;
+
+mod support;
+
+use support::{only_request, run, stories};
 
 fn provider(server: &MockServer) -> anyhow::Result<OpenAiChat> {
     Ok(OpenAiChat::new(OpenAiChatConfig::new(server.base_url()))?)
 }
 
 fn ask(text: &str) -> ModelRequest {
-    ModelRequest {
-        model: "gpt-test".into(),
-        instructions: String::new(),
-        items: vec![Item::user_text(text)],
-        tools: vec![],
-        max_output_tokens: None,
-    }
-}
-
-/// Runs one request and returns the outcome and the text deltas seen.
-async fn run(provider: &OpenAiChat, request: &ModelRequest) -> (Result<ModelResponse, ProviderError>, Vec<String>) {
-    let deltas = Mutex::new(Vec::new());
-    let sink = |text: &str| {
-        if let Ok(mut deltas) = deltas.lock() {
-            deltas.push(text.to_owned());
-        }
-    };
-    let result = provider.stream(request, &sink).await;
-    (result, deltas.into_inner().unwrap_or_default())
+    support::ask("gpt-test", text)
 }
 
 /// The failure of a request that must fail.
 async fn failure(server: &MockServer, reply: Reply) -> anyhow::Result<ProviderError> {
-    server.push(reply);
-    let (result, _) = run(&provider(server)?, &ask("hi")).await;
-    match result {
-        Ok(response) => anyhow::bail!("expected a failure, got {response:?}"),
-        Err(error) => Ok(error),
-    }
-}
-
-fn only_request(server: &MockServer) -> anyhow::Result<RecordedRequest> {
-    let mut requests = server.requests();
-    anyhow::ensure!(requests.len() == 1, "expected one request, got {}", requests.len());
-    requests.pop().context("no request")
+    support::failure_of(server, &provider(server)?, &ask("hi"), reply).await
 }
 
 #[tokio::test]
 async fn text_is_streamed_as_deltas_and_usage_is_reported() -> anyhow::Result<()> {
     let server = MockServer::start().await?;
     let usage = ScriptedUsage { prompt_tokens: 120, completion_tokens: 9, cached_tokens: 64, reasoning_tokens: 4 };
-    server.push(Reply::text("Hello from keel").usage(usage));
-    let (result, deltas) = run(&provider(&server)?, &ask("hi")).await;
-    let response = result?;
-    assert_eq!(deltas, vec!["Hello", " from", " keel"]);
-    assert_eq!(
-        response,
-        ModelResponse {
-            items: vec![Item::assistant_text("Hello from keel")],
-            usage: Usage { input_tokens: 120, output_tokens: 9, cached_input_tokens: 64, reasoning_tokens: 4 },
-            finish: FinishReason::Stop,
-        }
-    );
-    Ok(())
+    let expected =
+        Usage { input_tokens: 120, output_tokens: 9, cached_input_tokens: 64, reasoning_tokens: 4, ..Usage::default() };
+    stories::text_streams_as_deltas(&server, &provider(&server)?, usage, expected).await
 }
 
 #[tokio::test]
 async fn a_tool_call_split_across_chunks_is_reassembled_exactly() -> anyhow::Result<()> {
     let server = MockServer::start().await?;
-    let arguments = r#"{"path":"hello.txt","content":"Hello from keel \u00e9 \"quoted\""}"#;
-    server.push(Reply::tool_call("call_abc", "write_file", arguments));
-    let (result, deltas) = run(&provider(&server)?, &ask("write it")).await;
-    let response = result?;
-    assert_eq!(deltas, Vec::<String>::new());
-    assert_eq!(
-        response.items,
-        vec![Item::FunctionCall { call_id: "call_abc".into(), name: "write_file".into(), arguments: arguments.into() }]
-    );
-    assert_eq!(response.finish, FinishReason::ToolCalls);
-    Ok(())
+    stories::tool_call_is_reassembled_exactly(&server, &provider(&server)?).await
 }
 
 #[tokio::test]
 async fn text_then_two_parallel_tool_calls_come_out_in_order() -> anyhow::Result<()> {
     let server = MockServer::start().await?;
-    server.push(
-        Reply::tool_calls([
-            ToolCall::new("call_1", "read_file", r#"{"path":"a.txt"}"#),
-            ToolCall::new("call_2", "read_file", r#"{"path":"b.txt"}"#),
-        ])
-        .with_text("Reading both."),
-    );
-    let (result, deltas) = run(&provider(&server)?, &ask("read")).await;
-    let response = result?;
-    assert_eq!(deltas.concat(), "Reading both.");
-    assert_eq!(
-        response.items,
-        vec![
-            Item::assistant_text("Reading both."),
-            Item::FunctionCall {
-                call_id: "call_1".into(),
-                name: "read_file".into(),
-                arguments: r#"{"path":"a.txt"}"#.into()
-            },
-            Item::FunctionCall {
-                call_id: "call_2".into(),
-                name: "read_file".into(),
-                arguments: r#"{"path":"b.txt"}"#.into()
-            },
-        ]
-    );
-    assert_eq!(response.finish, FinishReason::ToolCalls);
-    Ok(())
+    stories::text_then_two_calls_come_out_in_order(&server, &provider(&server)?).await
+}
+
+#[tokio::test]
+async fn hitting_the_output_limit_finishes_with_length() -> anyhow::Result<()> {
+    let server = MockServer::start().await?;
+    stories::output_limit_finishes_with_length(&server, &provider(&server)?).await
+}
+
+#[tokio::test]
+async fn the_agent_loop_responder_answers_a_tool_result_with_text() -> anyhow::Result<()> {
+    let server = MockServer::start_with(responders::tool_then_answer("write_file", r#"{"path":"x"}"#)).await?;
+    stories::agent_loop_round_trip(&provider(&server)?).await
 }
 
 #[tokio::test]
@@ -193,14 +130,8 @@ async fn the_bearer_token_is_sent_only_when_a_key_is_set() -> anyhow::Result<()>
 
 #[tokio::test]
 async fn sequential_requests_reuse_one_pooled_connection() -> anyhow::Result<()> {
-    let server = MockServer::start_with(keel_testkit::responders::always(Reply::text("pong"))).await?;
-    let provider = provider(&server)?;
-    for _ in 0..20 {
-        run(&provider, &ask("ping")).await.0?;
-    }
-    assert_eq!(server.request_count(), 20);
-    assert_eq!(server.connection_count(), 1);
-    Ok(())
+    let server = MockServer::start_with(responders::always(Reply::text("pong"))).await?;
+    stories::requests_reuse_one_connection(&server, &provider(&server)?).await
 }
 
 #[tokio::test]

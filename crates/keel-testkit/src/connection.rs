@@ -1,38 +1,23 @@
 //! Serving one connection: read a request, route it to a wire format, write
 //! the reply, repeat while the client keeps the connection alive.
 //!
-//! Routing is by path, so another wire format (Anthropic Messages at
-//! `/v1/messages`, OpenAI Responses at `/v1/responses`) is a new
-//! [`WireFormat`] variant and an encoder module beside [`openai_chat`].
+//! What a reply looks like in each API is [`crate::wire`]'s business; this
+//! module only frames it: Content-Length bodies, chunked event streams one
+//! event per chunk, delays, and cuts that drop the connection mid-body.
 
 use std::io;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::net::TcpStream;
 
+use crate::errors::ApiError;
 use crate::http::Connection;
-use crate::openai_chat::{self, ChatContext};
 use crate::reply::{ModelOutput, ReplyBody};
 use crate::server::ServerState;
+use crate::wire::{Exchange, Frame, WireFormat};
 use crate::{RecordedRequest, Reply};
-
-/// The API an endpoint speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum WireFormat {
-    OpenAiChat,
-}
-
-impl WireFormat {
-    fn for_path(path: &str) -> Option<WireFormat> {
-        let path = path.split('?').next().unwrap_or_default();
-        match path.trim_end_matches('/') {
-            "/v1/chat/completions" | "/chat/completions" => Some(WireFormat::OpenAiChat),
-            _ => None,
-        }
-    }
-}
 
 /// Whether the connection can carry another request.
 type KeepOpen = bool;
@@ -72,45 +57,50 @@ async fn respond(
     number: u64,
     keep_alive: bool,
 ) -> io::Result<KeepOpen> {
-    let json_headers = |number: u64| {
-        vec![
-            ("content-type".to_owned(), "application/json".to_owned()),
-            ("x-request-id".to_owned(), format!("req_mock_{number}")),
-        ]
-    };
     let Some(format) = WireFormat::for_path(&request.path) else {
+        // An unknown path has no format; answer as OpenAI does.
         let message = format!("Invalid URL ({} {})", request.method, request.path);
-        let body = openai_chat::error_body(&message, "invalid_request_error", None);
-        connection.write_response(404, &json_headers(number), body.as_bytes(), keep_alive).await?;
-        return Ok(true);
+        return refuse(connection, WireFormat::OpenAiChat, 404, message, number, keep_alive).await;
     };
     if request.method != "POST" {
-        let body = openai_chat::error_body("Only POST is supported here", "invalid_request_error", None);
-        connection.write_response(405, &json_headers(number), body.as_bytes(), keep_alive).await?;
-        return Ok(true);
+        let message = "Only POST is supported here".to_owned();
+        return refuse(connection, format, 405, message, number, keep_alive).await;
     }
     let Some(body) = &request.json else {
-        let message = "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly.)";
-        let body = openai_chat::error_body(message, "invalid_request_error", None);
-        connection.write_response(400, &json_headers(number), body.as_bytes(), keep_alive).await?;
-        return Ok(true);
+        let message = "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly.)".to_owned();
+        return refuse(connection, format, 400, message, number, keep_alive).await;
     };
     let reply = state.next_reply(request);
-    write_reply(connection, reply, format, body, number, keep_alive).await
+    write_reply(connection, reply, &Exchange { format, number, body }, keep_alive).await
+}
+
+/// Answers a request the server cannot route, in the format's error shape,
+/// without consuming a scripted reply.
+async fn refuse(
+    connection: &mut Connection,
+    format: WireFormat,
+    status: u16,
+    message: String,
+    number: u64,
+    keep_alive: bool,
+) -> io::Result<KeepOpen> {
+    let request_id = format!("req_mock_{number}");
+    let (status, body) = ApiError::Custom { status, code: String::new(), message }.render(format, &request_id);
+    let headers = [("content-type".to_owned(), "application/json".to_owned()), ("x-request-id".to_owned(), request_id)];
+    connection.write_response(status, &headers, body.to_string().as_bytes(), keep_alive).await?;
+    Ok(true)
 }
 
 async fn write_reply(
     connection: &mut Connection,
     reply: Reply,
-    format: WireFormat,
-    request_body: &Value,
-    number: u64,
+    exchange: &Exchange<'_>,
     keep_alive: bool,
 ) -> io::Result<KeepOpen> {
     if !reply.first_byte_delay.is_zero() {
         tokio::time::sleep(reply.first_byte_delay).await;
     }
-    let mut headers = vec![("x-request-id".to_owned(), format!("req_mock_{number}"))];
+    let mut headers = vec![("x-request-id".to_owned(), exchange.request_id())];
     headers.extend(reply.headers.iter().cloned());
     match reply.body {
         ReplyBody::Raw(bytes) => {
@@ -124,6 +114,12 @@ async fn write_reply(
             connection.write_response(status, &headers, body.as_bytes(), keep_alive).await?;
             Ok(true)
         }
+        ReplyBody::ApiError(error) => {
+            let (status, body) = error.render(exchange.format, &exchange.request_id());
+            headers.push(("content-type".to_owned(), "application/json".to_owned()));
+            connection.write_response(status, &headers, body.to_string().as_bytes(), keep_alive).await?;
+            Ok(true)
+        }
         ReplyBody::RawStream(bytes) => {
             push_stream_headers(&mut headers);
             connection.write_head(200, &headers, None, keep_alive).await?;
@@ -131,22 +127,11 @@ async fn write_reply(
             connection.finish_chunked().await?;
             Ok(true)
         }
-        ReplyBody::Model(output) => match format {
-            WireFormat::OpenAiChat => {
-                let context = ChatContext {
-                    completion_id: &format!("chatcmpl-mock{number}"),
-                    model: request_body.get("model").and_then(Value::as_str).unwrap_or("mock-model"),
-                    created: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-                    include_usage: request_body.pointer("/stream_options/include_usage") == Some(&Value::Bool(true)),
-                };
-                if request_body.get("stream") == Some(&Value::Bool(true)) {
-                    let events = openai_chat::stream_events(&output, &context);
-                    write_events(connection, &output, events, headers, reply.chunk_delay, keep_alive).await
-                } else {
-                    write_completion(connection, &output, &context, headers, keep_alive).await
-                }
-            }
-        },
+        ReplyBody::Model(output) if exchange.streams() => {
+            let frames = exchange.frames(&output);
+            write_events(connection, &output, frames, headers, reply.chunk_delay, keep_alive).await
+        }
+        ReplyBody::Model(output) => write_whole(connection, &output, exchange, headers, keep_alive).await,
     }
 }
 
@@ -155,11 +140,11 @@ fn push_stream_headers(headers: &mut Vec<(String, String)>) {
     headers.push(("cache-control".to_owned(), "no-cache".to_owned()));
 }
 
-/// Streams `data:` events, one chunk each, honouring the output's cut.
+/// Streams events, one chunk each, honouring the output's cut.
 async fn write_events(
     connection: &mut Connection,
     output: &ModelOutput,
-    events: Vec<String>,
+    frames: Vec<Frame>,
     mut headers: Vec<(String, String)>,
     chunk_delay: Duration,
     keep_alive: bool,
@@ -167,11 +152,11 @@ async fn write_events(
     push_stream_headers(&mut headers);
     connection.write_head(200, &headers, None, keep_alive).await?;
     let limit = output.cut.map_or(usize::MAX, |cut| cut.after_events);
-    for (index, event) in events.iter().take(limit).enumerate() {
+    for (index, frame) in frames.iter().take(limit).enumerate() {
         if index > 0 && !chunk_delay.is_zero() {
             tokio::time::sleep(chunk_delay).await;
         }
-        connection.write_chunk(format!("data: {event}\n\n").as_bytes()).await?;
+        connection.write_chunk(&frame.to_bytes()).await?;
     }
     if output.cut.is_some_and(|cut| !cut.clean) {
         // Dropping the connection mid-body: no terminating chunk.
@@ -182,11 +167,11 @@ async fn write_events(
 }
 
 /// Answers a non-streaming request with one JSON object. A cut closes the
-/// connection before anything is sent; a stream error becomes a 500.
-async fn write_completion(
+/// connection before anything is sent; a stream error becomes an HTTP error.
+async fn write_whole(
     connection: &mut Connection,
     output: &ModelOutput,
-    context: &ChatContext<'_>,
+    exchange: &Exchange<'_>,
     mut headers: Vec<(String, String)>,
     keep_alive: bool,
 ) -> io::Result<KeepOpen> {
@@ -194,10 +179,7 @@ async fn write_completion(
         return Ok(false);
     }
     headers.push(("content-type".to_owned(), "application/json".to_owned()));
-    let (status, body) = match &output.stream_error {
-        Some(error) => (500, serde_json::json!({"error": error})),
-        None => (200, openai_chat::completion(output, context)),
-    };
+    let (status, body) = exchange.whole_body(output);
     connection.write_response(status, &headers, body.to_string().as_bytes(), keep_alive).await?;
     Ok(true)
 }

@@ -7,7 +7,8 @@
 
 use serde_json::{Value, json};
 
-use crate::reply::{ModelOutput, ScriptedUsage, split_in_three};
+use crate::deltas::split_in_three;
+use crate::reply::{Finish, ModelOutput, ScriptedUsage, StreamError};
 
 /// What the encoder needs from the request.
 pub(crate) struct ChatContext<'a> {
@@ -39,10 +40,12 @@ impl ChatContext<'_> {
 }
 
 fn finish_reason(output: &ModelOutput) -> &str {
-    match &output.finish_reason {
-        Some(reason) => reason,
-        None if output.tool_calls.is_empty() => "stop",
-        None => "tool_calls",
+    match &output.finish {
+        Finish::Natural if output.tool_calls.is_empty() => "stop",
+        Finish::Natural => "tool_calls",
+        Finish::OutputLimit => "length",
+        Finish::Refusal => "content_filter",
+        Finish::Raw(reason) => reason,
     }
 }
 
@@ -65,7 +68,7 @@ pub(crate) fn stream_events(output: &ModelOutput, context: &ChatContext<'_>) -> 
         }
     }
     if let Some(error) = &output.stream_error {
-        events.push(json!({"error": error}));
+        events.push(json!({"error": error_object(error)}));
         return events.iter().map(Value::to_string).collect();
     }
     let mut finish = context.chunk(json!([{
@@ -126,9 +129,12 @@ fn usage_json(usage: &ScriptedUsage) -> Value {
     })
 }
 
-/// An error body in OpenAI's shape.
-pub(crate) fn error_body(message: &str, kind: &str, code: Option<&str>) -> String {
-    json!({"error": {"message": message, "type": kind, "param": null, "code": code}}).to_string()
+/// The object of an in-stream error: `{"error": <this>}`.
+pub(crate) fn error_object(error: &StreamError) -> Value {
+    match error {
+        StreamError::Raw(error) => error.clone(),
+        StreamError::Scripted(kind) => kind.openai_object(),
+    }
 }
 
 #[cfg(test)]

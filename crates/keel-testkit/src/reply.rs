@@ -2,8 +2,11 @@
 //!
 //! A [`Reply`] describes model output (text, tool calls, usage, how the stream
 //! ends) independently of any wire format; the server encodes it in the
-//! format of the endpoint that was called. Status replies and raw bytes cover
-//! error paths and garbage. Builders compose:
+//! format of the endpoint that was called: OpenAI Chat Completions, OpenAI
+//! Responses or Anthropic Messages. Endings and errors are format-neutral
+//! too ([`Reply::output_limit`], [`Reply::refused`], [`Reply::in_stream_error`],
+//! [`Reply::api_error`]) and come out as each API sends them. Status replies
+//! and raw bytes cover the remaining error paths and garbage. Builders compose:
 //!
 //! ```
 //! use keel_testkit::{Reply, ScriptedUsage};
@@ -15,6 +18,9 @@
 //! ```
 
 use std::time::Duration;
+
+use crate::deltas::split_text;
+use crate::errors::{ApiError, ScriptedError};
 
 /// One scripted answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +38,8 @@ pub(crate) enum ReplyBody {
         status: u16,
         body: String,
     },
+    /// An HTTP error in the error format of the endpoint called.
+    ApiError(ApiError),
     /// A 200 event-stream response whose body is exactly these bytes.
     RawStream(Vec<u8>),
     /// Bytes written to the socket instead of an HTTP response.
@@ -43,14 +51,37 @@ pub(crate) enum ReplyBody {
 pub(crate) struct ModelOutput {
     pub text_deltas: Vec<String>,
     pub tool_calls: Vec<ToolCall>,
-    /// `None`: `tool_calls` when there are calls, else `stop`.
-    pub finish_reason: Option<String>,
+    pub finish: Finish,
     pub usage: ScriptedUsage,
     pub usage_in_finish_chunk: bool,
     pub send_done: bool,
     /// Sent as an in-stream error after the content, ending the stream.
-    pub stream_error: Option<serde_json::Value>,
+    pub stream_error: Option<StreamError>,
     pub cut: Option<Cut>,
+}
+
+/// How the model's output ends, rendered natively by each format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Finish {
+    /// `stop` (`end_turn`, `completed`), or tool calls when there are any.
+    Natural,
+    /// The output token limit was hit.
+    OutputLimit,
+    /// The safety system stopped the output.
+    Refusal,
+    /// A finish reason sent as is (Chat `finish_reason`, Anthropic
+    /// `stop_reason`, Responses `incomplete_details.reason`).
+    Raw(String),
+}
+
+/// An error sent inside a 200 stream.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum StreamError {
+    /// This object, in the format's error event (`{"error": ...}` for Chat,
+    /// an `error` event for Responses and Anthropic).
+    Raw(serde_json::Value),
+    /// A classified error, as the format reports it natively.
+    Scripted(ScriptedError),
 }
 
 /// Where a stream stops early.
@@ -102,7 +133,7 @@ impl Reply {
         Reply::new(ReplyBody::Model(ModelOutput {
             text_deltas,
             tool_calls,
-            finish_reason: None,
+            finish: Finish::Natural,
             usage: ScriptedUsage::default(),
             usage_in_finish_chunk: false,
             send_done: true,
@@ -139,7 +170,31 @@ impl Reply {
         Reply::new(ReplyBody::Status { status, body: body.into() })
     }
 
-    /// An error in OpenAI's shape:
+    /// An HTTP error in the error shape of the endpoint called: OpenAI's
+    /// `{"error": {"message", "type", "param": null, "code"}}`, or
+    /// Anthropic's `{"type": "error", "error": {"type", "message"},
+    /// "request_id"}`. For Anthropic, a `code` ending in `_error` (such as
+    /// `overloaded_error`) is the error type; otherwise the type follows
+    /// from the status, as the real API's does.
+    pub fn api_error(status: u16, code: impl Into<String>, message: impl Into<String>) -> Reply {
+        Reply::new(ReplyBody::ApiError(ApiError::Custom { status, code: code.into(), message: message.into() }))
+    }
+
+    /// A classified HTTP error as the endpoint's API sends it: for
+    /// [`ScriptedError::Overloaded`], Anthropic's 529 `overloaded_error` and
+    /// OpenAI's 503.
+    pub fn http_error(kind: ScriptedError) -> Reply {
+        Reply::new(ReplyBody::ApiError(ApiError::Scripted(kind)))
+    }
+
+    /// Nothing but a safety refusal: Chat `finish_reason: content_filter`,
+    /// Responses `response.incomplete` for `content_filter`, Anthropic
+    /// `stop_reason: refusal`.
+    pub fn refusal() -> Reply {
+        Reply::model(Vec::new(), Vec::new()).refused()
+    }
+
+    /// An error in OpenAI's shape, whatever the endpoint:
     /// `{"error": {"message", "type", "param": null, "code"}}`.
     pub fn openai_error(status: u16, code: &str, message: &str) -> Reply {
         let kind = match status {
@@ -202,9 +257,30 @@ impl Reply {
         self.map_output(|output| output.tool_calls.push(ToolCall::new(call_id, name, arguments)))
     }
 
-    /// Overrides the finish reason, e.g. `length` or `content_filter`.
+    /// Overrides the finish reason. `length` and `content_filter` mean
+    /// [`Reply::output_limit`] and [`Reply::refused`], so they come out
+    /// natively in every format; other reasons are sent as they are.
     pub fn finish_reason(self, reason: impl Into<String>) -> Reply {
-        self.map_output(|output| output.finish_reason = Some(reason.into()))
+        let finish = match reason.into() {
+            reason if reason == "length" => Finish::OutputLimit,
+            reason if reason == "content_filter" => Finish::Refusal,
+            reason => Finish::Raw(reason),
+        };
+        self.map_output(|output| output.finish = finish)
+    }
+
+    /// Ends the output as cut by the output token limit: Chat
+    /// `finish_reason: length`, Responses `response.incomplete` for
+    /// `max_output_tokens`, Anthropic `stop_reason: max_tokens`.
+    pub fn output_limit(self) -> Reply {
+        self.map_output(|output| output.finish = Finish::OutputLimit)
+    }
+
+    /// Ends the output with a safety stop: Chat `finish_reason:
+    /// content_filter`, Responses `response.incomplete` for
+    /// `content_filter`, Anthropic `stop_reason: refusal`.
+    pub fn refused(self) -> Reply {
+        self.map_output(|output| output.finish = Finish::Refusal)
     }
 
     pub fn usage(self, usage: ScriptedUsage) -> Reply {
@@ -222,14 +298,28 @@ impl Reply {
         self.map_output(|output| output.send_done = false)
     }
 
-    /// After the content, sends `{"error": error}` as a stream event and ends
-    /// the stream without a finish reason.
+    /// After the content, sends `error` in the format's error event (Chat
+    /// `{"error": error}`, a Responses `error` event with the object's
+    /// fields, an Anthropic `error` event) and ends the stream without a
+    /// finish reason.
     pub fn stream_error(self, error: serde_json::Value) -> Reply {
-        self.map_output(|output| output.stream_error = Some(error))
+        self.map_output(|output| output.stream_error = Some(StreamError::Raw(error)))
     }
 
-    /// Sends only the first `events` stream events (the first is the
-    /// `role` chunk), then drops the connection in the middle of the body.
+    /// After the content, ends the stream with a classified error as the
+    /// format reports it: a Chat `{"error": ...}` chunk, a Responses
+    /// `response.failed` event, an Anthropic `error` event (such as
+    /// `overloaded_error`).
+    pub fn in_stream_error(self, kind: ScriptedError) -> Reply {
+        self.map_output(|output| output.stream_error = Some(StreamError::Scripted(kind)))
+    }
+
+    /// Sends only the first `events` stream events, then drops the
+    /// connection in the middle of the body. Formats open differently: Chat
+    /// with one `role` chunk, Anthropic with `message_start`,
+    /// `content_block_start` and a `ping`, Responses with `response.created`,
+    /// `response.in_progress`, `response.output_item.added` and
+    /// `response.content_part.added`.
     pub fn cut_after(self, events: usize) -> Reply {
         self.map_output(|output| output.cut = Some(Cut { after_events: events, clean: false }))
     }
@@ -238,55 +328,5 @@ impl Reply {
     /// properly, as a server that gives up politely would.
     pub fn end_after(self, events: usize) -> Reply {
         self.map_output(|output| output.cut = Some(Cut { after_events: events, clean: true }))
-    }
-}
-
-/// Splits text into streaming deltas: one per word (a word keeps its
-/// leading whitespace), or three pieces of a single word.
-pub(crate) fn split_text(text: &str) -> Vec<String> {
-    let mut pieces = Vec::new();
-    let mut start = 0;
-    for (index, ch) in text.char_indices().skip(1) {
-        if ch.is_whitespace() && !text[..index].ends_with(char::is_whitespace) {
-            pieces.push(text[start..index].to_owned());
-            start = index;
-        }
-    }
-    if start < text.len() {
-        pieces.push(text[start..].to_owned());
-    }
-    if pieces.len() == 1 { split_in_three(text) } else { pieces }
-}
-
-/// Splits `text` at char boundaries into three non-empty pieces, or fewer
-/// when it has fewer than three characters.
-pub(crate) fn split_in_three(text: &str) -> Vec<String> {
-    let chars: Vec<(usize, char)> = text.char_indices().collect();
-    if chars.len() < 3 {
-        return chars.iter().map(|(_, c)| c.to_string()).collect();
-    }
-    let first = chars[chars.len() / 3].0;
-    let second = chars[2 * chars.len() / 3].0;
-    vec![text[..first].to_owned(), text[first..second].to_owned(), text[second..].to_owned()]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn text_splits_into_words_or_word_pieces() {
-        assert_eq!(split_text("Hello from keel"), vec!["Hello", " from", " keel"]);
-        assert_eq!(split_text("a  b\n"), vec!["a", "  b", "\n"]);
-        assert_eq!(split_text("hello"), vec!["h", "el", "lo"]);
-        assert_eq!(split_text("hé"), vec!["h", "é"]);
-        assert_eq!(split_text(""), Vec::<String>::new());
-    }
-
-    #[test]
-    fn arguments_split_into_three_pieces_at_char_boundaries() {
-        assert_eq!(split_in_three(r#"{"a":1}"#).concat(), r#"{"a":1}"#);
-        assert_eq!(split_in_three(r#"{"a":1}"#).len(), 3);
-        assert_eq!(split_in_three("日本語です"), vec!["日", "本語", "です"]);
     }
 }

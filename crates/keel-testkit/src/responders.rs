@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::openai_chat::error_body;
 use crate::{RecordedRequest, Reply};
 
 /// Computes a reply for a request; see [`crate::MockServerBuilder::fallback`].
@@ -51,7 +50,7 @@ pub fn unscripted() -> impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'stati
             "keel mock server: no scripted reply left for {} {}; push a Reply or set a fallback responder",
             request.method, request.path
         );
-        Reply::status(400, error_body(&message, "mock_unscripted", Some("mock_unscripted")))
+        Reply::api_error(400, "mock_unscripted", message)
     }
 }
 
@@ -60,6 +59,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::errors::ApiError;
     use crate::reply::ReplyBody;
 
     fn request(last_role: &str) -> RecordedRequest {
@@ -79,8 +79,8 @@ mod tests {
     fn the_default_fallback_explains_itself() {
         let reply = unscripted()(&request("user"));
         match reply.body {
-            ReplyBody::Status { status: 400, body } => {
-                assert!(body.contains("no scripted reply left"), "{body}")
+            ReplyBody::ApiError(ApiError::Custom { status: 400, message, .. }) => {
+                assert!(message.contains("no scripted reply left"), "{message}")
             }
             other => panic!("{other:?}"),
         }

@@ -3,115 +3,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Duration;
-
 use anyhow::{Context, bail, ensure};
 use keel_testkit::{MockServer, Reply, responders};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpStream;
 
-/// A response as read off the socket.
-#[derive(Debug)]
-struct Response {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-    /// False when the connection closed before the body was complete.
-    complete: bool,
-}
+mod support;
 
-impl Response {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    /// The `data:` payloads of an event-stream body.
-    fn events(&self) -> Vec<String> {
-        self.text().split("\n\n").filter_map(|e| e.strip_prefix("data: ")).map(str::to_owned).collect()
-    }
-}
-
-struct Client {
-    reader: BufReader<TcpStream>,
-}
-
-impl Client {
-    async fn connect(server: &MockServer) -> anyhow::Result<Client> {
-        Ok(Client { reader: BufReader::new(TcpStream::connect(server.addr()).await?) })
-    }
-
-    async fn send(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
-        self.reader.get_mut().write_all(bytes).await?;
-        Ok(())
-    }
-
-    async fn post(&mut self, path: &str, body: &Value) -> anyhow::Result<Response> {
-        let body = body.to_string();
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            body.len()
-        );
-        self.send(format!("{head}{body}").as_bytes()).await?;
-        self.response().await
-    }
-
-    async fn line(&mut self) -> anyhow::Result<Option<String>> {
-        let mut line = String::new();
-        if self.reader.read_line(&mut line).await? == 0 {
-            return Ok(None);
-        }
-        Ok(Some(line.trim_end_matches("\r\n").to_owned()))
-    }
-
-    async fn response(&mut self) -> anyhow::Result<Response> {
-        let status_line = self.line().await?.context("the connection closed before a response")?;
-        let status = status_line.split(' ').nth(1).context("no status")?.parse()?;
-        let mut headers = Vec::new();
-        while let Some(line) = self.line().await? {
-            if line.is_empty() {
-                break;
-            }
-            let (name, value) = line.split_once(':').context("bad header")?;
-            headers.push((name.to_ascii_lowercase(), value.trim().to_owned()));
-        }
-        let mut response = Response { status, headers, body: Vec::new(), complete: true };
-        if let Some(length) = response.header("content-length") {
-            response.body = vec![0; length.parse()?];
-            self.reader.read_exact(&mut response.body).await?;
-        } else if response.header("transfer-encoding") == Some("chunked") {
-            loop {
-                let Some(size) = self.line().await? else {
-                    response.complete = false;
-                    break;
-                };
-                let size = usize::from_str_radix(&size, 16)?;
-                if size == 0 {
-                    // Trailers end at an empty line.
-                    while self.line().await?.is_some_and(|line| !line.is_empty()) {}
-                    break;
-                }
-                let mut chunk = vec![0; size + 2];
-                if self.reader.read_exact(&mut chunk).await.is_err() {
-                    response.complete = false;
-                    break;
-                }
-                response.body.extend_from_slice(&chunk[..size]);
-            }
-        }
-        Ok(response)
-    }
-
-    /// Whether the server closed the connection.
-    async fn is_closed(&mut self) -> anyhow::Result<bool> {
-        let mut byte = [0u8; 1];
-        Ok(tokio::time::timeout(Duration::from_secs(5), self.reader.read(&mut byte)).await?? == 0)
-    }
-}
+use support::Client;
 
 fn chat(stream: bool) -> Value {
     json!({"model": "gpt-test", "stream": stream, "stream_options": {"include_usage": true},
@@ -294,7 +194,7 @@ async fn the_binary_prints_its_url_and_serves_the_demo_script() -> anyhow::Resul
     BufReader::new(stdout).read_line(&mut line).await?;
     let base_url = line.trim();
     let addr = base_url.strip_prefix("http://").and_then(|rest| rest.strip_suffix("/v1")).context(line.clone())?;
-    let mut client = Client { reader: BufReader::new(TcpStream::connect(addr).await?) };
+    let mut client = Client::connect_to(addr).await?;
     let response = client.post("/v1/chat/completions", &chat(false)).await?;
     let body: Value = serde_json::from_slice(&response.body)?;
     let call = &body["choices"][0]["message"]["tool_calls"][0]["function"];

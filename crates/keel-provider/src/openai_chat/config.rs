@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::MaxTokensField;
 use crate::ConfigError;
+use crate::transport::env_var;
 
 /// OpenAI's own endpoint, the default base URL.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -52,9 +53,9 @@ impl OpenAiChatConfig {
     /// Settings from `OPENAI_BASE_URL` (default [`DEFAULT_BASE_URL`]) and
     /// `OPENAI_API_KEY`; empty values count as unset.
     pub fn from_env() -> OpenAiChatConfig {
-        let var = |name: &str| std::env::var(name).ok().map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        let mut config = OpenAiChatConfig::new(var("OPENAI_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.to_owned()));
-        config.api_key = var("OPENAI_API_KEY");
+        let mut config =
+            OpenAiChatConfig::new(env_var("OPENAI_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.to_owned()));
+        config.api_key = env_var("OPENAI_API_KEY");
         config
     }
 
@@ -95,16 +96,7 @@ pub(super) fn max_tokens_field(config: &OpenAiChatConfig, endpoint: &reqwest::Ur
 
 /// `{base_url}/chat/completions`, tolerating a trailing slash.
 pub(super) fn endpoint(base_url: &str) -> Result<reqwest::Url, ConfigError> {
-    let invalid = |reason: String| ConfigError::InvalidBaseUrl { url: base_url.to_owned(), reason };
-    let trimmed = base_url.trim().trim_end_matches('/');
-    let url = reqwest::Url::parse(&format!("{trimmed}/chat/completions")).map_err(|e| invalid(e.to_string()))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(invalid(format!("the scheme is `{}`, not http or https", url.scheme())));
-    }
-    if url.query().is_some() || url.fragment().is_some() {
-        return Err(invalid("it has a query or fragment".to_owned()));
-    }
-    Ok(url)
+    crate::transport::endpoint(base_url, "chat/completions")
 }
 
 #[cfg(test)]

@@ -17,17 +17,10 @@ use std::collections::BTreeMap;
 use keel_protocol::{Item, Usage};
 use serde::Deserialize;
 
-use crate::failure::{classify_stream_error, excerpt};
+use crate::decoding::{Progress, StreamDecoder};
+use crate::failure::{classify_stream_error, content_filtered_before_output, invalid_data, stream_ended_early};
 use crate::sse::SseEvent;
-use crate::{DeltaSink, FailureKind, FinishReason, ModelResponse, ProviderError};
-
-/// Whether the stream has more to say.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Progress {
-    Continue,
-    /// `[DONE]` arrived; anything after it is ignored.
-    Done,
-}
+use crate::{DeltaSink, FinishReason, ModelResponse, ProviderError};
 
 #[derive(Debug, Default)]
 pub struct ResponseAssembler {
@@ -102,41 +95,10 @@ struct CompletionDetails {
 }
 
 impl ResponseAssembler {
-    /// Takes one SSE event of the stream.
-    pub fn on_event(&mut self, event: &SseEvent, on_delta: DeltaSink<'_>) -> Result<Progress, ProviderError> {
-        let data = event.data.trim();
-        if data == "[DONE]" {
-            self.done = true;
-            return Ok(Progress::Done);
-        }
-        if data.is_empty() {
-            return Ok(Progress::Continue);
-        }
-        if event.event.as_deref() == Some("error") {
-            let error = serde_json::from_str(data).unwrap_or_else(|_| serde_json::Value::from(data));
-            return Err(classify_stream_error(&error));
-        }
-        self.on_json(data.as_bytes(), on_delta)?;
-        Ok(Progress::Continue)
-    }
-
-    /// Takes a whole non-streamed completion, for servers that ignore
-    /// `"stream": true` and answer with `application/json`.
-    pub fn on_completion(&mut self, body: &[u8], on_delta: DeltaSink<'_>) -> Result<(), ProviderError> {
-        self.on_json(body, on_delta)?;
-        self.done = true;
-        Ok(())
-    }
-
     fn on_json(&mut self, json: &[u8], on_delta: DeltaSink<'_>) -> Result<(), ProviderError> {
         let chunk: Chunk = serde_json::from_slice(json).map_err(|error| {
-            ProviderError::new(
-                FailureKind::Transport,
-                format!(
-                    "the provider sent data that is not a valid chunk ({error}): {}; retry the request, and check that the base URL points at an OpenAI-compatible server",
-                    excerpt(&String::from_utf8_lossy(json))
-                ),
-            )
+            let data = String::from_utf8_lossy(json);
+            invalid_data("a valid chunk", "an OpenAI-compatible server", &data, &error)
         })?;
         if let Some(error) = chunk.error {
             return Err(classify_stream_error(&error));
@@ -147,6 +109,7 @@ impl ResponseAssembler {
                 output_tokens: usage.completion_tokens.unwrap_or(0),
                 cached_input_tokens: usage.prompt_tokens_details.and_then(|d| d.cached_tokens).unwrap_or(0),
                 reasoning_tokens: usage.completion_tokens_details.and_then(|d| d.reasoning_tokens).unwrap_or(0),
+                ..Usage::default()
             });
         }
         // keel never asks for `n > 1`; other choices are ignored.
@@ -194,29 +157,51 @@ impl ResponseAssembler {
             }
         }
     }
+}
+
+impl StreamDecoder for ResponseAssembler {
+    const STREAM_NAME: &'static str = "an OpenAI-compatible stream";
+
+    /// Takes one SSE event of the stream.
+    fn on_event(&mut self, event: &SseEvent, on_delta: DeltaSink<'_>) -> Result<Progress, ProviderError> {
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(Progress::Done);
+        }
+        if data.is_empty() {
+            return Ok(Progress::Continue);
+        }
+        if event.event.as_deref() == Some("error") {
+            let error = serde_json::from_str(data).unwrap_or_else(|_| serde_json::Value::from(data));
+            return Err(classify_stream_error(&error));
+        }
+        self.on_json(data.as_bytes(), on_delta)?;
+        Ok(Progress::Continue)
+    }
+
+    /// Takes a whole non-streamed completion, for servers that ignore
+    /// `"stream": true` and answer with `application/json`.
+    fn on_json_body(&mut self, body: &[u8], on_delta: DeltaSink<'_>) -> Result<(), ProviderError> {
+        self.on_json(body, on_delta)?;
+        self.done = true;
+        Ok(())
+    }
 
     /// The response, once the stream has ended cleanly.
-    pub fn finish(self) -> Result<ModelResponse, ProviderError> {
+    fn finish(self) -> Result<ModelResponse, ProviderError> {
         let finish = match (self.finish, self.done) {
             (Some(finish), _) => finish,
             (None, true) if self.calls.is_empty() => FinishReason::Stop,
             (None, true) => FinishReason::ToolCalls,
-            (None, false) => {
-                return Err(ProviderError::new(
-                    FailureKind::Transport,
-                    "the stream ended before the model finished; retry the request",
-                ));
-            }
+            (None, false) => return Err(stream_ended_early()),
         };
         let finish = match finish {
             FinishReason::Stop if !self.calls.is_empty() => FinishReason::ToolCalls,
             other => other,
         };
         if finish == FinishReason::ContentFilter && self.text.is_empty() && self.calls.is_empty() {
-            return Err(ProviderError::new(
-                FailureKind::SafetyBlocked,
-                "the provider's content filter stopped the response before any output; change the request, sending the same one again will be refused again",
-            ));
+            return Err(content_filtered_before_output());
         }
         let mut items = Vec::with_capacity(self.calls.len() + 1);
         if !self.text.is_empty() {

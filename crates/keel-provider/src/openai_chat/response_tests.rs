@@ -1,27 +1,19 @@
 //! Unit tests for stream assembly, including the quirks of local servers.
 
-use std::sync::Mutex;
-
 use serde_json::json;
 
 use super::*;
+use crate::FailureKind;
+use crate::decoding::decode_events;
 
 /// Feeds `chunks` (JSON values, or `[DONE]`) and returns the result plus the
 /// text deltas seen.
 fn assemble(chunks: &[serde_json::Value]) -> (Result<ModelResponse, ProviderError>, Vec<String>) {
-    let deltas = Mutex::new(Vec::new());
-    let sink = |text: &str| deltas.lock().map(|mut d| d.push(text.to_owned())).unwrap_or_default();
-    let mut assembler = ResponseAssembler::default();
-    for chunk in chunks {
+    let events = chunks.iter().map(|chunk| {
         let data = chunk.as_str().map(str::to_owned).unwrap_or_else(|| chunk.to_string());
-        let event = SseEvent { event: None, data, id: None };
-        match assembler.on_event(&event, &sink) {
-            Ok(Progress::Continue) => {}
-            Ok(Progress::Done) => break,
-            Err(error) => return (Err(error), deltas.into_inner().unwrap_or_default()),
-        }
-    }
-    (assembler.finish(), deltas.into_inner().unwrap_or_default())
+        SseEvent { event: None, data, id: None }
+    });
+    decode_events(ResponseAssembler::default(), events)
 }
 
 fn delta(delta: serde_json::Value) -> serde_json::Value {
@@ -128,7 +120,7 @@ fn a_non_streamed_completion_is_understood() {
         "usage": {"prompt_tokens": 5, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 1}, "completion_tokens_details": null}
     });
     let mut assembler = ResponseAssembler::default();
-    let outcome = assembler.on_completion(body.to_string().as_bytes(), &|_| {});
+    let outcome = assembler.on_json_body(body.to_string().as_bytes(), &|_| {});
     assert_eq!(outcome, Ok(()));
     let response = assembler.finish().unwrap_or_else(|e| panic!("{e}"));
     let ids: Vec<_> = response

@@ -135,30 +135,14 @@ async fn safety_refusals_are_safety_blocked() -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_stream_cut_mid_way_is_transport_after_partial_deltas() -> anyhow::Result<()> {
     let server = MockServer::start().await?;
-    server.push(Reply::text("Hello from keel").cut_after(2));
-    let (result, deltas) = run(&provider(&server)?, &ask("hi")).await;
-    assert_eq!(deltas, vec!["Hello"]);
-    let error = result.err().context("expected a failure")?;
-    assert_eq!((error.kind, error.http_status), (FailureKind::Transport, Some(200)));
-    assert!(error.message.starts_with("the connection broke while the response was streaming: "), "{}", error.message);
-    assert!(error.message.ends_with("; retry the request"), "{}", error.message);
-    Ok(())
+    // The role chunk opens the stream.
+    stories::a_cut_stream_is_transport(&server, &provider(&server)?, 1).await
 }
 
 #[tokio::test]
 async fn a_stream_closed_cleanly_before_finishing_is_transport() -> anyhow::Result<()> {
     let server = MockServer::start().await?;
-    let error = failure(&server, Reply::text("Hello from keel").end_after(3)).await?;
-    assert_eq!(
-        error,
-        ProviderError {
-            kind: FailureKind::Transport,
-            message: "the stream ended before the model finished; retry the request".into(),
-            retry_after: None,
-            http_status: Some(200),
-        }
-    );
-    Ok(())
+    stories::an_unfinished_stream_is_transport(&server, &provider(&server)?, 3).await
 }
 
 #[tokio::test]
@@ -188,12 +172,7 @@ async fn garbage_is_transport() -> anyhow::Result<()> {
     assert!(error.message.contains(r#"): {"choices": [oops; retry the request"#), "{}", error.message);
 
     // HTTP, but no event stream.
-    let error = failure(&server, Reply::raw_stream("<html><body>Please log in</body></html>")).await?;
-    assert_eq!(error.kind, FailureKind::Transport);
-    assert_eq!(
-        error.message,
-        "the provider's response contained no events, so it is not an OpenAI-compatible stream (body began: <html><body>Please log in</body></html>); check the base URL and the model name"
-    );
+    stories::a_page_instead_of_events_is_transport(&server, &provider(&server)?, "an OpenAI-compatible stream").await?;
     Ok(())
 }
 
@@ -237,18 +216,9 @@ async fn a_server_that_is_gone_is_transport() -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_silent_stream_hits_the_idle_timeout() -> anyhow::Result<()> {
     let server = MockServer::start().await?;
-    server.push(Reply::text("Hello from keel").delay_between_chunks(Duration::from_secs(60)));
     let mut config = OpenAiChatConfig::new(server.base_url());
     config.stream_idle_timeout = Duration::from_millis(200);
-    let (result, deltas) = run(&OpenAiChat::new(config)?, &ask("hi")).await;
-    assert_eq!(deltas, Vec::<String>::new(), "only the role chunk arrived");
-    assert_eq!(result, Err(ProviderError {
-        kind: FailureKind::Transport,
-        message: "the provider sent nothing for 200ms in the middle of the response; retry the request, or raise stream_idle_timeout for slow models".into(),
-        retry_after: None,
-        http_status: Some(200),
-    }));
-    Ok(())
+    stories::a_silent_stream_times_out(&server, &OpenAiChat::new(config)?).await
 }
 
 #[tokio::test]

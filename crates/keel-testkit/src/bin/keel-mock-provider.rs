@@ -1,9 +1,10 @@
 //! `keel-mock-provider`: the keel test server as a process, for trying keel
 //! end to end without a model.
 //!
-//! Prints its base URL (one line on stdout) and answers every Chat
-//! Completions request with the demo script until killed: a user turn gets
-//! a `write_file` call that writes `hello.txt`, and the tool result gets a
+//! Prints its base URL (one line on stdout) and answers every request with
+//! the demo script until killed, in whichever format was called (OpenAI Chat
+//! Completions, OpenAI Responses, Anthropic Messages): a user turn gets a
+//! `write_file` call that writes `hello.txt`, and the tool result gets a
 //! final answer.
 //!
 //! Usage: `keel-mock-provider [--listen ADDR]` (default `127.0.0.1:0`).
@@ -14,7 +15,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use anyhow::{Context, bail};
 use keel_testkit::{MockServer, responders};
 
-const USAGE: &str = "usage: keel-mock-provider [--listen ADDR]\n\nServes a scripted OpenAI Chat Completions endpoint and prints its base URL.\n";
+const USAGE: &str = "usage: keel-mock-provider [--listen ADDR]\n\nServes scripted OpenAI Chat Completions, OpenAI Responses and Anthropic Messages endpoints and prints their base URL.\n";
 
 fn parse_listen(args: impl Iterator<Item = String>) -> anyhow::Result<Option<SocketAddr>> {
     let mut listen = "127.0.0.1:0".to_owned();
