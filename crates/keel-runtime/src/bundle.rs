@@ -51,9 +51,10 @@ pub struct CoworkerSpec {
     /// The output limit sent with each request.
     #[serde(default)]
     pub max_output_tokens: Option<u32>,
-    /// Prices of this coworker's models, pinned from the bundle's `[prices]`
-    /// table when a session is created. Not written in `[coworkers]`.
-    #[serde(default, skip_deserializing)]
+    /// Prices of this coworker's models: its own `prices` table, completed
+    /// from the bundle's `[prices]`, and pinned into each session with the
+    /// rest of the definition.
+    #[serde(default)]
     pub prices: BTreeMap<String, Price>,
 }
 
@@ -154,7 +155,7 @@ impl Bundle {
         for spec in coworkers.values_mut() {
             for model in std::iter::once(&spec.model).chain(&spec.fallback_models) {
                 if let Some(price) = parsed.prices.get(model) {
-                    spec.prices.insert(model.clone(), price.clone());
+                    spec.prices.entry(model.clone()).or_insert_with(|| price.clone());
                 }
             }
         }
