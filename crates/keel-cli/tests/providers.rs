@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use keel_testkit::{MockServer, Reply, ScriptedUsage};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use support::{Client, Keel};
 
 const BUNDLE: &str = r#"
@@ -41,8 +41,8 @@ async fn setup(mock: &MockServer) -> Setup {
     std::fs::write(bundle.join("keel.toml"), BUNDLE).unwrap();
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
-    let keel = Keel::start_with(&dir.path().join("state"), &mock.base_url(), &bundle, &[("KEEL_RETRY_BASE_MS", "5")])
-        .unwrap();
+    let keel =
+        Keel::start_with(&dir.path().join("state"), &mock.base_url(), &bundle, &[("KEEL_RETRY_BASE_MS", "5")]).unwrap();
     let mut client = keel.client().await.unwrap();
     let created =
         client.ok("session/create", json!({"name": "p", "coworker": "worker", "workspace": ws})).await.unwrap();
@@ -169,13 +169,11 @@ async fn interrupt_cancels_a_retry_backoff_without_another_request() {
     s.client.ok("turn/start", json!({"session_id": s.session, "submission_id": "s1", "text": "x"})).await.unwrap();
     let events = s.client.events_until("model_retrying").await.unwrap();
     assert_eq!(events.last().unwrap()["data"]["delay_ms"], 30_000);
-    let stopped = tokio::time::timeout(
-        Duration::from_secs(5),
-        s.client.ok("turn/interrupt", json!({"session_id": s.session})),
-    )
-    .await
-    .expect("the backoff ends at once")
-    .unwrap();
+    let stopped =
+        tokio::time::timeout(Duration::from_secs(5), s.client.ok("turn/interrupt", json!({"session_id": s.session})))
+            .await
+            .expect("the backoff ends at once")
+            .unwrap();
     assert_eq!(stopped["status"], "cancelled");
     assert_eq!(mock.requests().len(), 1);
 }
@@ -194,8 +192,7 @@ async fn output_limit_continues_twice_then_the_turn_is_truncated() {
     let snapshot = s.snapshot().await;
     assert_eq!(snapshot["turn"]["continuations"], 2);
     let history = snapshot["history"].as_array().unwrap();
-    let notices: Vec<&Value> =
-        history.iter().filter(|i| i["_runtime_notice"] == "output_continuation").collect();
+    let notices: Vec<&Value> = history.iter().filter(|i| i["_runtime_notice"] == "output_continuation").collect();
     assert_eq!(notices.len(), 2);
     assert_eq!(notices[0]["role"], "developer", "a runtime notice, not a user instruction");
     assert_eq!(history.len(), 1 + 3 + 2);
@@ -261,18 +258,16 @@ async fn usage_and_cost_are_summed_per_attempt_turn_and_session() {
 
 #[tokio::test]
 async fn a_dead_provider_trips_the_breaker_and_is_not_hammered() {
-    let mock = MockServer::builder()
-        .fallback(|_| Reply::openai_error(503, "server_error", "down"))
-        .start()
-        .await
-        .unwrap();
+    let mock =
+        MockServer::builder().fallback(|_| Reply::openai_error(503, "server_error", "down")).start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let bundle = dir.path().join("bundle");
     std::fs::create_dir_all(&bundle).unwrap();
     // No fallback model here: one provider, one model.
-    std::fs::write(bundle.join("keel.toml"), BUNDLE.replace("fallback_models = [\"openai-chat:backup\"]\n", "")).unwrap();
-    let keel = Keel::start_with(&dir.path().join("state"), &mock.base_url(), &bundle, &[("KEEL_RETRY_BASE_MS", "1")])
+    std::fs::write(bundle.join("keel.toml"), BUNDLE.replace("fallback_models = [\"openai-chat:backup\"]\n", ""))
         .unwrap();
+    let keel =
+        Keel::start_with(&dir.path().join("state"), &mock.base_url(), &bundle, &[("KEEL_RETRY_BASE_MS", "1")]).unwrap();
     let mut client = keel.client().await.unwrap();
     let created =
         client.ok("session/create", json!({"name": "p", "coworker": "worker", "workspace": dir.path()})).await.unwrap();
@@ -280,7 +275,10 @@ async fn a_dead_provider_trips_the_breaker_and_is_not_hammered() {
     client.ok("events/subscribe", json!({"session_id": session})).await.unwrap();
     let mut errors = Vec::new();
     for n in 0..3 {
-        client.ok("turn/start", json!({"session_id": session, "submission_id": n.to_string(), "text": "x"})).await.unwrap();
+        client
+            .ok("turn/start", json!({"session_id": session, "submission_id": n.to_string(), "text": "x"}))
+            .await
+            .unwrap();
         let events = client.events_until("turn_finished").await.unwrap();
         errors.push(events.last().unwrap()["data"]["error"]["message"].as_str().unwrap().to_string());
     }

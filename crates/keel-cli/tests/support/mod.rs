@@ -45,6 +45,8 @@ impl Keel {
             .arg(bundle)
             .envs(env.iter().copied())
             .env("OPENAI_BASE_URL", base_url)
+            .env("ANTHROPIC_BASE_URL", base_url)
+            .env("ANTHROPIC_API_KEY", "sk-ant-test")
             .env("OPENAI_API_KEY", "sk-test-key")
             .env("KEEL_LOG", "warn")
             .stdin(Stdio::null())
