@@ -11,6 +11,8 @@
 //! requests) / round trips. It counts everything keel does around the model:
 //! journaling, tool execution, history assembly, request encoding.
 
+mod parse;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,6 +47,17 @@ enum Bench {
         #[arg(long, default_value_t = 10_000)]
         sessions: usize,
     },
+    /// Streaming cost per 1,000 tokens for each remote wire format.
+    Parse {
+        #[arg(long, default_value_t = 200)]
+        requests: usize,
+    },
+    /// Tokens per second of the in-process local model.
+    #[cfg(feature = "local")]
+    Local {
+        #[arg(long, default_value = "smollm2")]
+        model: String,
+    },
     /// Internal: open a state directory and report memory (used by `idle`).
     #[command(hide = true)]
     Load { state: PathBuf },
@@ -63,10 +76,14 @@ fn main() -> Result<()> {
             Some(Bench::Turns { sessions, turns }) => turns_bench(sessions, turns).await,
             Some(Bench::Idle { sessions }) => idle_bench(sessions).await,
             Some(Bench::Load { state }) => load(&state).await,
+            Some(Bench::Parse { requests }) => parse::bench(requests).await,
+            #[cfg(feature = "local")]
+            Some(Bench::Local { model }) => parse::local(&model).await,
             None => {
                 // Latency without contention, then throughput at saturation.
                 turns_bench(1, 50).await?;
                 turns_bench(200, 10).await?;
+                parse::bench(200).await?;
                 idle_bench(10_000).await
             }
         }
@@ -257,7 +274,7 @@ async fn load(state: &Path) -> Result<()> {
     Ok(())
 }
 
-fn round(value: f64) -> f64 {
+pub(crate) fn round(value: f64) -> f64 {
     (value * 1000.0).round() / 1000.0
 }
 

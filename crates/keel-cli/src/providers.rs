@@ -1,17 +1,25 @@
 //! Model providers configured from the environment.
 //!
-//! `openai-chat` is always registered: it reads `OPENAI_BASE_URL` (default
-//! the OpenAI API) and `OPENAI_API_KEY`, which also covers Ollama, vLLM,
-//! llama.cpp's server and OpenRouter through their OpenAI-compatible
-//! endpoints.
+//! Every provider is registered; a request to one without credentials fails
+//! with a clear auth error rather than at startup.
+//! - `openai-chat`: OpenAI Chat Completions, `OPENAI_BASE_URL` (default the
+//!   OpenAI API) and `OPENAI_API_KEY`; also Ollama, vLLM, llama.cpp's server
+//!   and OpenRouter through their OpenAI-compatible endpoints.
+//! - `openai`: the OpenAI Responses API, same variables.
+//! - `anthropic`: the Anthropic Messages API, `ANTHROPIC_BASE_URL` and
+//!   `ANTHROPIC_API_KEY`.
+//! - `local`: GGUF models in-process through llama.cpp, from
+//!   `KEEL_MODELS_DIR` (default `./models`; `scripts/fetch-model` fills it).
 
 use std::sync::Arc;
-
-use keel_provider::{OpenAiChat, OpenAiChatConfig};
 use std::time::Duration;
 
+use keel_provider::{Anthropic, AnthropicConfig, OpenAiChat, OpenAiChatConfig, OpenAiResponses, OpenAiResponsesConfig};
 use keel_runtime::ProviderSet;
 use keel_runtime::retry::RetryPolicy;
+
+/// The model `keel run` uses when no provider is configured at all.
+pub const LOCAL_DEFAULT: &str = "local:smollm2";
 
 /// The retry policy, with the backoff knobs `KEEL_RETRY_BASE_MS` and
 /// `KEEL_RETRY_AFTER_CAP_MS` (the largest `Retry-After` honoured) when set.
@@ -39,7 +47,28 @@ pub fn retry_from_env() -> anyhow::Result<RetryPolicy> {
     Ok(policy)
 }
 
+/// Whether the environment names any remote provider.
+pub fn any_remote_configured() -> bool {
+    ["OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()))
+}
+
 pub fn from_env() -> anyhow::Result<ProviderSet> {
-    let chat = OpenAiChat::new(OpenAiChatConfig::from_env())?;
-    Ok(ProviderSet::new().with(Arc::new(chat)))
+    let set = ProviderSet::new()
+        .with(Arc::new(OpenAiChat::new(OpenAiChatConfig::from_env())?))
+        .with(Arc::new(OpenAiResponses::new(OpenAiResponsesConfig::from_env())?))
+        .with(Arc::new(Anthropic::new(AnthropicConfig::from_env())?));
+    Ok(with_local(set))
+}
+
+#[cfg(feature = "local")]
+fn with_local(set: ProviderSet) -> ProviderSet {
+    let local = keel_provider_local::LocalProvider::new(keel_provider_local::LocalConfig::from_env());
+    set.with(Arc::new(local))
+}
+
+#[cfg(not(feature = "local"))]
+fn with_local(set: ProviderSet) -> ProviderSet {
+    set
 }

@@ -32,7 +32,17 @@ pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
     config.bundles = vec![args.bundle];
     config.providers = crate::providers::from_env()?;
     config.retry = crate::providers::retry_from_env()?;
-    config.model_override = args.model;
+    config.model_override = match args.model {
+        Some(model) => Some(model),
+        None if !crate::providers::any_remote_configured() => {
+            eprintln!(
+                "keel: no provider is configured (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...); using the local model {}",
+                crate::providers::LOCAL_DEFAULT
+            );
+            Some(crate::providers::LOCAL_DEFAULT.to_string())
+        }
+        None => None,
+    };
     let runtime = Runtime::open(config).await?;
     runtime.recover().await?;
     let workspace = match args.workspace {

@@ -1,0 +1,190 @@
+//! A model provider that runs GGUF models in-process with llama.cpp: no
+//! network, no key.
+//!
+//! [`LocalProvider`] implements [`ModelProvider`] for model names such as
+//! `local:smollm2` (SmolLM2-135M-Instruct, installed by `scripts/fetch-model`).
+//! The conversation is rendered with the model's own chat template. Without
+//! tools the model writes plain text, streamed as it is generated. With tools
+//! the output is constrained by a grammar ([`tool_grammar`]) to one JSON object,
+//! an answer or a call of a declared tool with arguments valid for its schema,
+//! so a small model can never produce a malformed call.
+//!
+//! Inference is CPU-bound and blocking, so each request runs on a blocking
+//! thread whose handle the request's future awaits; text comes back over a
+//! channel. Dropping the future closes the channel and the thread stops before
+//! its next token. [`LocalProvider::wait_idle`] waits for every such thread.
+
+mod config;
+mod engine;
+mod error;
+mod prompt;
+mod text_stream;
+pub mod tool_grammar;
+
+use std::sync::Arc;
+
+use keel_protocol::{Item, Usage};
+use keel_provider::{BoxFuture, DeltaSink, FinishReason, ModelProvider, ModelRequest, ModelResponse, ProviderError};
+use tokio::sync::{mpsc, watch};
+
+pub use config::{DEFAULT_MODEL, LocalConfig, MODELS_DIR_ENV, SMOLLM2_FILE};
+pub use error::{LocalError, Result};
+
+use engine::{DeltaMode, Ending, Generation, Job};
+use tool_grammar::ConstrainedReply;
+
+/// Runs local GGUF models; see the crate documentation.
+#[derive(Clone)]
+pub struct LocalProvider {
+    config: LocalConfig,
+    /// How many generation threads are running.
+    running: Arc<watch::Sender<usize>>,
+}
+
+impl LocalProvider {
+    /// A provider with `config`. Models load on first use.
+    pub fn new(config: LocalConfig) -> LocalProvider {
+        LocalProvider { config, running: Arc::new(watch::Sender::new(0)) }
+    }
+
+    pub fn config(&self) -> &LocalConfig {
+        &self.config
+    }
+
+    /// The number of tokens `text` is for `model`'s own tokenizer, counted as
+    /// message text (no special tokens added or interpreted).
+    ///
+    /// This blocks: the first call for a model loads it (about 0.1 s for
+    /// SmolLM2). Call it from a blocking thread or after a first request.
+    pub fn tokenize_count(&self, model: &str, text: &str) -> Result<usize, ProviderError> {
+        let path = self.config.model_path(model)?;
+        Ok(engine::load_model(&path)?.count_tokens(text))
+    }
+
+    /// The context size requests to `model` get: the configured size, or the
+    /// model's training context when smaller. Blocks like
+    /// [`tokenize_count`](Self::tokenize_count).
+    pub fn context_tokens(&self, model: &str) -> Result<u32, ProviderError> {
+        let path = self.config.model_path(model)?;
+        Ok(self.config.context_tokens.min(engine::load_model(&path)?.train_context()))
+    }
+
+    /// Resolves when no generation thread of this provider is running, for
+    /// example after the futures of cancelled requests were dropped.
+    pub async fn wait_idle(&self) {
+        let mut running = self.running.subscribe();
+        // An error means the sender is gone, which cannot happen while `self`
+        // holds it.
+        let _ = running.wait_for(|count| *count == 0).await;
+    }
+
+    async fn run(&self, request: &ModelRequest, on_delta: DeltaSink<'_>) -> Result<ModelResponse, ProviderError> {
+        let path = self.config.model_path(&request.model)?;
+        let tools = request.tools.clone();
+        let turns = prompt::chat_turns(request);
+        let config = self.config.clone();
+        let max_output_tokens = request.max_output_tokens.unwrap_or(config.max_output_tokens);
+        let (delta_tx, mut delta_rx) = mpsc::unbounded_channel::<String>();
+        let running = RunningGuard::start(Arc::clone(&self.running));
+        let worker = tokio::task::spawn_blocking(move || -> Result<Generation> {
+            let _running = running;
+            let model = engine::load_model(&path)?;
+            let grammar = if tools.is_empty() { None } else { Some(tool_grammar::reply_grammar(&tools)?) };
+            let job = Job {
+                model,
+                delta_mode: if grammar.is_some() { DeltaMode::Answer } else { DeltaMode::Plain },
+                grammar,
+                turns,
+                max_output_tokens,
+                context_tokens: config.context_tokens,
+                threads: config.threads.unwrap_or_else(default_threads),
+                temperature: config.temperature,
+                seed: config.seed,
+            };
+            engine::generate(&job, &delta_tx)
+        });
+        while let Some(delta) = delta_rx.recv().await {
+            on_delta(&delta);
+        }
+        let generation = worker.await.map_err(|error| LocalError::Worker(error.to_string()))??;
+        tracing::debug!(
+            prompt_tokens = generation.prompt_tokens,
+            output_tokens = generation.output_tokens,
+            tokens_per_second = generation.output_tokens as f64 / generation.generation_seconds.max(1e-9),
+            "local generation finished"
+        );
+        Ok(response(generation, &request.tools))
+    }
+}
+
+impl ModelProvider for LocalProvider {
+    fn name(&self) -> &str {
+        "local"
+    }
+
+    /// Deltas: without tools, every piece of generated text. With tools, the
+    /// decoded text of an `{"answer": ...}` reply as it is written, and nothing
+    /// for a tool call. Either way the deltas concatenate to the final text.
+    fn stream<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+        on_delta: DeltaSink<'a>,
+    ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>> {
+        Box::pin(self.run(request, on_delta))
+    }
+}
+
+/// Half the cores, at least one. ggml's worker threads spin while they wait
+/// for each other, so on a machine busy with other work (builds, tests, the
+/// rest of keel) using every core slows generation several-fold: on 2 cores
+/// under load, SmolLM2 made 33 tokens/s with one thread and 6 with two.
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map(|cores| (usize::from(cores) / 2).max(1)).unwrap_or(1)
+}
+
+/// Turns a finished generation into keel items.
+fn response(generation: Generation, tools: &[keel_protocol::ToolSpec]) -> ModelResponse {
+    let usage = Usage {
+        input_tokens: generation.prompt_tokens as u64,
+        output_tokens: generation.output_tokens as u64,
+        ..Usage::default()
+    };
+    let length_or = |finish| if generation.ending == Ending::Length { FinishReason::Length } else { finish };
+    let (items, finish) = if tools.is_empty() {
+        let items = if generation.text.is_empty() { vec![] } else { vec![Item::assistant_text(&generation.text)] };
+        (items, length_or(FinishReason::Stop))
+    } else {
+        match tool_grammar::parse_reply(generation.text.trim(), tools) {
+            Some(ConstrainedReply::Answer(text)) => (vec![Item::assistant_text(text)], FinishReason::Stop),
+            Some(ConstrainedReply::ToolCall { name, arguments }) => {
+                let call_id = keel_protocol::ids::new_id("call");
+                (vec![Item::FunctionCall { call_id, name, arguments }], FinishReason::ToolCalls)
+            }
+            // The limit cut the reply short: keep any answer text written so
+            // far, never a partial call.
+            None => {
+                let partial = text_stream::AnswerStream::default().push(&generation.text);
+                let items = if partial.is_empty() { vec![] } else { vec![Item::assistant_text(partial)] };
+                (items, FinishReason::Length)
+            }
+        }
+    };
+    ModelResponse { items, usage, finish }
+}
+
+/// Counts a generation thread as running until dropped, which happens when the
+/// thread's closure ends, however it ends.
+struct RunningGuard(Arc<watch::Sender<usize>>);
+
+impl RunningGuard {
+    fn start(running: Arc<watch::Sender<usize>>) -> RunningGuard {
+        running.send_modify(|count| *count += 1);
+        RunningGuard(running)
+    }
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        self.0.send_modify(|count| *count = count.saturating_sub(1));
+    }
+}

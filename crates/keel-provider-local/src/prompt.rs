@@ -1,0 +1,182 @@
+//! keel's history as chat turns for the model's own chat template.
+//!
+//! Small local models know three roles: system, user and assistant. Tool use
+//! is rendered in those: a function call becomes an assistant turn holding the
+//! same JSON object the grammar makes the model write, and its output becomes a
+//! user turn that names the tool and the call and asks for an answer. When
+//! tools are declared, the system turn lists them as a JSON array inside
+//! `<tools>` tags (the shape SmolLM2 saw in training; it picks tools far more
+//! reliably from it than from prose) and states the exact JSON shape of a
+//! reply.
+
+use std::collections::HashMap;
+
+use keel_protocol::{Item, Role, ToolSpec};
+use keel_provider::ModelRequest;
+
+/// One turn for the chat template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatTurn {
+    /// `system`, `user` or `assistant`.
+    pub role: &'static str,
+    pub content: String,
+}
+
+impl ChatTurn {
+    fn new(role: &'static str, content: impl Into<String>) -> ChatTurn {
+        ChatTurn { role, content: content.into() }
+    }
+}
+
+/// Closes every tool-result turn.
+const AFTER_RESULT: &str = "Use this result to answer my request.";
+
+/// The turns for `request`, system turn first when there is one.
+pub fn chat_turns(request: &ModelRequest) -> Vec<ChatTurn> {
+    let mut turns = Vec::with_capacity(request.items.len() + 1);
+    let system = system_text(&request.instructions, &request.tools);
+    if !system.is_empty() {
+        turns.push(ChatTurn::new("system", system));
+    }
+    let mut call_names: HashMap<&str, &str> = HashMap::new();
+    for item in &request.items {
+        match item {
+            Item::Message { role, .. } => {
+                let text = item.message_text().unwrap_or_default();
+                let role = match role {
+                    Role::User => "user",
+                    Role::Assistant => "assistant",
+                    Role::System | Role::Developer => "system",
+                };
+                turns.push(ChatTurn::new(role, text));
+            }
+            Item::FunctionCall { call_id, name, arguments } => {
+                call_names.insert(call_id, name);
+                turns.push(ChatTurn::new("assistant", call_json(name, arguments)));
+            }
+            Item::FunctionCallOutput { call_id, output } => {
+                // In the user's voice, since small models know no tool role;
+                // without the closing line SmolLM2 tends to repeat the call.
+                let text = match call_names.get(call_id.as_str()) {
+                    Some(name) => format!("Tool result for {name} ({call_id}):\n{output}\n\n{AFTER_RESULT}"),
+                    None => format!("Tool result ({call_id}):\n{output}\n\n{AFTER_RESULT}"),
+                };
+                turns.push(ChatTurn::new("user", text));
+            }
+        }
+    }
+    turns
+}
+
+/// A past call in the shape the grammar makes the model write, `tool` first.
+/// Arguments that are not valid JSON (a model may once have produced such)
+/// are kept as a string so the turn itself stays valid JSON.
+fn call_json(name: &str, arguments: &str) -> String {
+    let arguments = match serde_json::from_str::<serde_json::Value>(arguments) {
+        Ok(value) => value,
+        Err(_) => serde_json::Value::String(arguments.to_string()),
+    };
+    let name = serde_json::Value::String(name.to_string());
+    format!("{{\"tool\": {name}, \"arguments\": {arguments}}}")
+}
+
+/// The instructions, followed by the tool descriptions when there are tools.
+fn system_text(instructions: &str, tools: &[ToolSpec]) -> String {
+    let instructions = instructions.trim();
+    if tools.is_empty() {
+        return instructions.to_string();
+    }
+    let mut text = String::new();
+    if !instructions.is_empty() {
+        text.push_str(instructions);
+        text.push_str("\n\n");
+    }
+    // The listing follows the shape small instruct models saw in training:
+    // a JSON array of {name, description, parameters} inside <tools> tags.
+    let listed: Vec<String> = tools
+        .iter()
+        .map(|tool| {
+            format!(
+                r#"{{"name": {}, "description": {}, "parameters": {}}}"#,
+                serde_json::Value::String(tool.name.clone()),
+                serde_json::Value::String(tool.description.trim().to_string()),
+                crate::tool_grammar::arguments_schema(&tool.parameters),
+            )
+        })
+        .collect();
+    text.push_str("You have access to the following tools:\n<tools>[");
+    text.push_str(&listed.join(", "));
+    text.push_str(
+        "]</tools>\n\nReply with exactly one JSON object and no other text.\n\
+         To call a tool: {\"tool\": \"<tool name>\", \"arguments\": {\"<argument name>\": <value>, ...}}\n\
+         To answer without a tool: {\"answer\": \"<your answer>\"}",
+    );
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request(items: Vec<Item>, tools: Vec<ToolSpec>) -> ModelRequest {
+        ModelRequest {
+            model: "smollm2".into(),
+            instructions: "Be brief.".into(),
+            items,
+            tools,
+            max_output_tokens: None,
+        }
+    }
+
+    #[test]
+    fn messages_keep_their_roles_and_order() {
+        let turns = chat_turns(&request(vec![Item::user_text("hi"), Item::assistant_text("hello")], vec![]));
+        assert_eq!(
+            turns,
+            vec![
+                ChatTurn::new("system", "Be brief."),
+                ChatTurn::new("user", "hi"),
+                ChatTurn::new("assistant", "hello")
+            ]
+        );
+    }
+
+    #[test]
+    fn tool_calls_and_results_become_text_turns() {
+        let items = vec![
+            Item::user_text("write it"),
+            Item::FunctionCall {
+                call_id: "call_1".into(),
+                name: "write_file".into(),
+                arguments: r#"{"path":"a"}"#.into(),
+            },
+            Item::FunctionCallOutput { call_id: "call_1".into(), output: "ok".into() },
+        ];
+        let tool = ToolSpec {
+            name: "write_file".into(),
+            description: "Writes a file.".into(),
+            parameters: json!({"type": "object"}),
+        };
+        let turns = chat_turns(&request(items, vec![tool]));
+        assert_eq!(turns.len(), 4);
+        let system = &turns[0].content;
+        assert!(system.starts_with("Be brief.\n\nYou have access to the following tools:\n<tools>["), "{system}");
+        let listing =
+            r#"[{"name": "write_file", "description": "Writes a file.", "parameters": {"type":"object"}}]</tools>"#;
+        assert!(system.contains(listing), "{system}");
+        assert!(system.contains(r#"{"answer": "<your answer>"}"#), "{system}");
+        assert_eq!(turns[2], ChatTurn::new("assistant", r#"{"tool": "write_file", "arguments": {"path":"a"}}"#));
+        assert_eq!(
+            turns[3],
+            ChatTurn::new("user", format!("Tool result for write_file (call_1):\nok\n\n{AFTER_RESULT}"))
+        );
+    }
+
+    #[test]
+    fn no_system_turn_without_instructions_or_tools() {
+        let mut request = request(vec![Item::user_text("hi")], vec![]);
+        request.instructions.clear();
+        assert_eq!(chat_turns(&request), vec![ChatTurn::new("user", "hi")]);
+    }
+}
