@@ -139,3 +139,53 @@ async fn serve_stdio_speaks_json_rpc_per_line() {
     drop(stdin);
     assert!(child.wait().unwrap().success(), "closing stdin ends the server cleanly");
 }
+
+/// A real turn on the local SmolLM2 model, through `keel run` with no
+/// provider configured: the default a newcomer gets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_uses_the_local_model_when_no_provider_is_configured() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let fetched = Command::new(repo.join("scripts/fetch-model")).output().unwrap();
+    assert!(fetched.status.success(), "{}", String::from_utf8_lossy(&fetched.stderr));
+    let model = String::from_utf8_lossy(&fetched.stdout).trim().to_string();
+    let models_dir = std::path::Path::new(&model).parent().unwrap().to_path_buf();
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let output = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--state")
+        .arg(&state)
+        .args(["run", "--bundle"])
+        .arg(support::example_bundle())
+        .arg("--workspace")
+        .arg(dir.path())
+        .arg("Say hello in one short sentence.")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .env("KEEL_MODELS_DIR", &models_dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("local:smollm2"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&output.stdout).trim().is_empty(), "the model answered");
+    let shown = keel(&state, "http://127.0.0.1:9/v1").args(["sessions", "--json"]).output().unwrap();
+    let sessions: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let id = sessions[0]["id"].as_str().unwrap();
+    let snapshot: Value = serde_json::from_slice(
+        &keel(&state, "http://127.0.0.1:9/v1").args(["show", id, "--json"]).output().unwrap().stdout,
+    )
+    .unwrap();
+    assert_eq!(snapshot["turn"]["status"], "completed");
+    assert_eq!(snapshot["attempts"][0]["model"], "local:smollm2");
+    assert!(snapshot["session"]["usage"]["output_tokens"].as_u64().unwrap() > 0);
+    // Every tool call the model made was valid JSON for a declared tool.
+    for item in snapshot["history"].as_array().unwrap() {
+        if item["type"] == "function_call" {
+            let args: Value = serde_json::from_str(item["arguments"].as_str().unwrap()).unwrap();
+            assert!(args.is_object());
+            assert!(["read_file", "write_file", "list_dir"].contains(&item["name"].as_str().unwrap()));
+        }
+    }
+}
