@@ -23,8 +23,8 @@ pub const MODELS_DIR_ENV: &str = "KEEL_MODELS_DIR";
 pub struct LocalConfig {
     /// Where model files named by file name are looked up.
     pub models_dir: PathBuf,
-    /// Threads llama.cpp computes with; `None` uses half the cores (at least
-    /// one), which degrades far less than all cores when the machine is busy.
+    /// Threads llama.cpp computes with; `None` divides half the cores among
+    /// the generations running when one starts (at least one thread each).
     pub threads: Option<usize>,
     /// The largest context (prompt plus output) in tokens. Capped at the
     /// model's training context when that is smaller.

@@ -3,10 +3,14 @@
 //!
 //! Everything here runs on a blocking thread. The llama.cpp backend is a
 //! process-wide global, started once. A model file is loaded once per process
-//! and shared by every request; each request gets its own context (its KV
-//! cache), so requests run side by side. The loop checks between tokens, and
-//! between prompt chunks, whether the caller still listens, and stops at once
-//! when it does not.
+//! (memory-mapped) and stays loaded, shared by every request; each request
+//! gets its own context (its KV cache), so requests run side by side. The loop
+//! checks between tokens, and between prompt chunks, whether the caller still
+//! listens, and stops at once when it does not.
+//!
+//! Known limit: the rendered prompt is tokenized with special-token parsing on
+//! (the template's own markers must become control tokens), so a message that
+//! contains a literal marker such as `<|im_end|>` is read as that marker.
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;

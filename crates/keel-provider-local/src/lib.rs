@@ -22,6 +22,7 @@ mod text_stream;
 pub mod tool_grammar;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use keel_protocol::{Item, Usage};
 use keel_provider::{BoxFuture, DeltaSink, FinishReason, ModelProvider, ModelRequest, ModelResponse, ProviderError};
@@ -134,12 +135,22 @@ impl ModelProvider for LocalProvider {
     }
 }
 
-/// Half the cores, at least one. ggml's worker threads spin while they wait
-/// for each other, so on a machine busy with other work (builds, tests, the
-/// rest of keel) using every core slows generation several-fold: on 2 cores
-/// under load, SmolLM2 made 33 tokens/s with one thread and 6 with two.
+/// Generations running in this process, across providers: they share the
+/// cores.
+static RUNNING_GENERATIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// Half the cores, shared among the generations running now, at least one
+/// thread each. ggml's worker threads spin while they wait for each other, so
+/// a thread that has to share its core with other work stalls the rest: on 2
+/// cores, SmolLM2 made about 100 tokens/s with two threads on a quiet machine
+/// but 1 to 6 tokens/s with two threads next to a build or a second keel
+/// process, while one thread made about 50 quiet and 33 next to a build.
+/// Leaving half the cores free keeps the slow case away; set
+/// [`LocalConfig::threads`] on a machine that does nothing else.
 fn default_threads() -> usize {
-    std::thread::available_parallelism().map(|cores| (usize::from(cores) / 2).max(1)).unwrap_or(1)
+    let cores = std::thread::available_parallelism().map(usize::from).unwrap_or(1);
+    let running = RUNNING_GENERATIONS.load(Ordering::Relaxed).max(1);
+    (cores / 2 / running).max(1)
 }
 
 /// Turns a finished generation into keel items.
@@ -179,12 +190,14 @@ struct RunningGuard(Arc<watch::Sender<usize>>);
 impl RunningGuard {
     fn start(running: Arc<watch::Sender<usize>>) -> RunningGuard {
         running.send_modify(|count| *count += 1);
+        RUNNING_GENERATIONS.fetch_add(1, Ordering::Relaxed);
         RunningGuard(running)
     }
 }
 
 impl Drop for RunningGuard {
     fn drop(&mut self) {
+        RUNNING_GENERATIONS.fetch_sub(1, Ordering::Relaxed);
         self.0.send_modify(|count| *count = count.saturating_sub(1));
     }
 }
