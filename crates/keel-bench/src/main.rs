@@ -70,7 +70,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread().max_blocking_threads(8).enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().max_blocking_threads(32).enable_all().build()?;
     runtime.block_on(async {
         match cli.command {
             Some(Bench::Turns { sessions, turns }) => turns_bench(sessions, turns).await,

@@ -45,7 +45,7 @@ fn main() -> ExitCode {
     let verbose = matches!(cli.command, Command::Serve(_));
     init_logging(verbose);
     let state = cli.state.unwrap_or_else(keel_runtime::state_dir::default_state_dir);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().max_blocking_threads(8).enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().max_blocking_threads(32).enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("keel: cannot start the async runtime: {e}");

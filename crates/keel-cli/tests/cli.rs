@@ -151,11 +151,21 @@ async fn run_uses_the_local_model_when_no_provider_is_configured() {
     let models_dir = std::path::Path::new(&model).parent().unwrap().to_path_buf();
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
+    // The example coworker, with limits that keep a 135M model's worst case
+    // (rambling to the output limit at every step) short.
+    let example = std::fs::read_to_string(support::example_bundle().join("keel.toml")).unwrap();
+    let bundle = dir.path().join("bundle");
+    std::fs::create_dir_all(&bundle).unwrap();
+    std::fs::write(
+        bundle.join("keel.toml"),
+        example.replace("max_steps = 16", "max_steps = 3\nmax_output_tokens = 160"),
+    )
+    .unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_keel"))
         .arg("--state")
         .arg(&state)
         .args(["run", "--bundle"])
-        .arg(support::example_bundle())
+        .arg(&bundle)
         .arg("--workspace")
         .arg(dir.path())
         .arg("Say hello in one short sentence.")
@@ -167,9 +177,7 @@ async fn run_uses_the_local_model_when_no_provider_is_configured() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
     assert!(stderr.contains("local:smollm2"), "{stderr}");
-    assert!(!String::from_utf8_lossy(&output.stdout).trim().is_empty(), "the model answered");
     let shown = keel(&state, "http://127.0.0.1:9/v1").args(["sessions", "--json"]).output().unwrap();
     let sessions: Value = serde_json::from_slice(&shown.stdout).unwrap();
     let id = sessions[0]["id"].as_str().unwrap();
@@ -177,8 +185,17 @@ async fn run_uses_the_local_model_when_no_provider_is_configured() {
         &keel(&state, "http://127.0.0.1:9/v1").args(["show", id, "--json"]).output().unwrap().stdout,
     )
     .unwrap();
-    assert_eq!(snapshot["turn"]["status"], "completed");
+    // A 135M model may answer, call tools until the step limit, or ramble
+    // to the output limit; each is a real outcome of a real model. What must
+    // hold is that the turn ended cleanly and exit code matches it.
+    let status = snapshot["turn"]["status"].as_str().unwrap();
+    assert!(["completed", "failed", "truncated"].contains(&status), "{status}");
+    assert_eq!(output.status.success(), status == "completed", "{stderr}");
+    if status == "completed" {
+        assert!(!String::from_utf8_lossy(&output.stdout).trim().is_empty(), "the model answered");
+    }
     assert_eq!(snapshot["attempts"][0]["model"], "local:smollm2");
+    assert_eq!(snapshot["attempts"][0]["status"], "completed");
     assert!(snapshot["session"]["usage"]["output_tokens"].as_u64().unwrap() > 0);
     // Every tool call the model made was valid JSON for a declared tool.
     for item in snapshot["history"].as_array().unwrap() {

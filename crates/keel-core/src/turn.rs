@@ -40,6 +40,14 @@ pub fn after_output_limit(
         return (after_model(output, steps_done, limits), false);
     }
     let mut append = output;
+    if append.is_empty() {
+        // Nothing was produced before the cut: there is no answer to continue.
+        let error = TurnError {
+            kind: "output_limit".into(),
+            message: "the model reached its output limit before producing any answer; raise max_output_tokens for this coworker".into(),
+        };
+        return (Decision { append, next: Next::Finish { status: TurnStatus::Truncated, error: Some(error) } }, false);
+    }
     if continuations_done >= limits.max_continuations {
         let error = TurnError {
             kind: "output_limit".into(),
@@ -214,6 +222,13 @@ mod tests {
         assert!(!continued);
         assert_eq!(third.append.len(), 1, "no notice once the turn ends");
         assert!(matches!(third.next, Next::Finish { status: TurnStatus::Truncated, .. }));
+    }
+
+    #[test]
+    fn an_empty_cut_answer_is_truncated_at_once() {
+        let (d, continued) = after_output_limit(Vec::new(), 1, 0, TurnLimits::default());
+        assert!(!continued);
+        assert!(matches!(d.next, Next::Finish { status: TurnStatus::Truncated, .. }));
     }
 
     #[test]
