@@ -47,17 +47,14 @@ pub async fn bench(requests: usize) -> Result<()> {
         let request = request();
         let mut samples = Vec::with_capacity(requests);
         for _ in 0..requests + 10 {
-            let mut count = 0usize;
-            let counter = std::sync::Mutex::new(&mut count);
+            let counter = std::sync::atomic::AtomicUsize::new(0);
             let on_delta = |_: &str| {
-                if let Ok(mut c) = counter.lock() {
-                    **c += 1;
-                }
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             };
             let clock = Instant::now();
             let response = provider.stream(&request, &on_delta).await?;
             samples.push(clock.elapsed().as_secs_f64() * 1000.0);
-            drop(counter);
+            let count = counter.load(std::sync::atomic::Ordering::Relaxed);
             anyhow::ensure!(count == TOKENS, "{} streamed {count} deltas, expected {TOKENS}", provider.name());
             anyhow::ensure!(response.items.len() == 1, "one answer expected");
         }
