@@ -33,6 +33,8 @@ enum Command {
     Show(cmd::inspect::ShowArgs),
     /// Print a session's journal events, optionally following new ones.
     Events(cmd::inspect::EventsArgs),
+    /// Check a bundle and report every problem with file, line and a fix.
+    Validate(cmd::validate::Args),
 }
 
 /// mimalloc: the turn loop allocates many small, short-lived JSON values and
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
             Command::Sessions(args) => cmd::inspect::sessions(state, args).await,
             Command::Show(args) => cmd::inspect::show(state, args).await,
             Command::Events(args) => cmd::inspect::events(state, args).await,
+            Command::Validate(args) => cmd::validate::run(args),
         }
     });
     match result {

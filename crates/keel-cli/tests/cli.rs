@@ -206,3 +206,51 @@ async fn run_uses_the_local_model_when_no_provider_is_configured() {
         }
     }
 }
+
+#[test]
+fn validate_reports_every_problem_with_file_line_and_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("keel.toml"),
+        "[coworkers.a]\nmodel = \"gpt-4\"\ninstructions = \"\"\ntools = [\"read_file\", \"rm_rf\"]\nmax_steps = 0\n\n[coworkers.b]\nmodel = \"nosuch:x\"\ninstructions = \"hi\"\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_keel")).arg("validate").arg(dir.path()).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let file = dir.path().join("keel.toml").display().to_string();
+    for expected in [
+        format!("{file}:2: coworker \"a\": the model \"gpt-4\" does not name a provider"),
+        format!("{file}:3: coworker \"a\": the instructions are empty"),
+        format!("{file}:4: coworker \"a\": unknown tool \"rm_rf\""),
+        format!("{file}:5: coworker \"a\": max_steps is 0"),
+        format!("{file}:8: coworker \"b\": unknown provider \"nosuch\""),
+    ] {
+        assert!(stdout.contains(&expected), "missing {expected:?} in:\n{stdout}");
+    }
+    assert_eq!(stdout.matches("(fix: ").count(), 5);
+    // keel serve refuses the same bundle with the same list.
+    let serve = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--state")
+        .arg(dir.path().join("state"))
+        .args(["serve", "--stdio", "--bundle"])
+        .arg(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(serve.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&serve.stderr).contains("unknown tool \"rm_rf\""));
+    let ok = Command::new(env!("CARGO_BIN_EXE_keel")).arg("validate").arg(support::example_bundle()).output().unwrap();
+    assert!(ok.status.success());
+}
+
+#[test]
+fn the_published_bundle_schema_matches_the_code() {
+    let published =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/bundle.schema.json"))
+            .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_keel")).args(["validate", "--schema"]).output().unwrap();
+    let generated: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let published: Value = serde_json::from_str(&published).unwrap();
+    assert_eq!(generated, published, "regenerate docs/bundle.schema.json with `keel validate --schema`");
+}

@@ -95,21 +95,21 @@ impl CoworkerSpec {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct BundleFile {
+pub(crate) struct BundleFile {
     #[serde(default)]
-    bundle: BundleHeader,
+    pub bundle: BundleHeader,
     #[serde(default)]
-    coworkers: BTreeMap<String, CoworkerSpec>,
+    pub coworkers: BTreeMap<String, CoworkerSpec>,
     /// Prices by `provider:model`.
     #[serde(default)]
-    prices: BTreeMap<String, Price>,
+    pub prices: BTreeMap<String, Price>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct BundleHeader {
+pub(crate) struct BundleHeader {
     #[serde(default)]
-    name: Option<String>,
+    pub name: Option<String>,
 }
 
 /// A loaded bundle.

@@ -12,6 +12,7 @@
 //! from `keel-core`, and this crate performs them.
 
 pub mod bundle;
+pub mod bundle_check;
 pub mod config;
 mod driver;
 pub mod error;
@@ -31,3 +32,8 @@ pub use events::{BusMessage, EventStream};
 pub use inspect::Inspector;
 pub use metrics::{Metrics, TurnTiming};
 pub use runtime::{NewSession, Runtime};
+
+/// The names of the tools every coworker may list.
+pub fn builtin_tool_names() -> Vec<String> {
+    keel_tools::Registry::builtin().names().map(String::from).collect()
+}

@@ -62,6 +62,14 @@ impl Runtime {
     pub async fn open(config: RuntimeConfig) -> Result<Runtime> {
         state_dir::ensure(&config.state_dir)?;
         let lock = state_dir::lock(&config.state_dir)?;
+        let tool_names: Vec<String> = Registry::builtin().names().map(String::from).collect();
+        for dir in &config.bundles {
+            let problems = crate::bundle_check::validate(dir, &config.providers.names(), &tool_names);
+            if !problems.is_empty() {
+                let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                return Err(RuntimeError::Config(format!("the bundle has problems:\n  {}", list.join("\n  "))));
+            }
+        }
         let bundles = config.bundles.iter().map(|dir| Bundle::load(dir)).collect::<Result<Vec<_>>>()?;
         check_unique_coworkers(&bundles)?;
         let dir = config.state_dir.clone();

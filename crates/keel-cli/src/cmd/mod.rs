@@ -3,3 +3,4 @@
 pub mod inspect;
 pub mod run;
 pub mod serve;
+pub mod validate;

@@ -1,0 +1,210 @@
+//! `keel validate`: every problem in a bundle, with file, line and a fix.
+//!
+//! Loading a bundle stops at the first syntax error; validation goes on to
+//! check what the runtime would refuse later (unknown providers and tools,
+//! malformed model names, empty instructions, zero limits, bad prices) and
+//! reports all of it at once, so a person fixes a bundle in one pass. Lines
+//! of semantic problems are found by locating the coworker's table and key
+//! in the text; TOML syntax errors carry the parser's own position.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::bundle::{BUNDLE_FILE, BundleFile};
+
+/// One thing wrong with a bundle.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    pub file: PathBuf,
+    pub line: Option<usize>,
+    pub message: String,
+    pub hint: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{line}: {} (fix: {})", self.file.display(), self.message, self.hint),
+            None => write!(f, "{}: {} (fix: {})", self.file.display(), self.message, self.hint),
+        }
+    }
+}
+
+/// Checks the bundle in `dir` against the providers and tools this keel has.
+pub fn validate(dir: &Path, providers: &[String], tools: &[String]) -> Vec<Problem> {
+    let file = dir.join(BUNDLE_FILE);
+    let problem =
+        |line: Option<usize>, message: String, hint: String| Problem { file: file.clone(), line, message, hint };
+    let text = match std::fs::read_to_string(&file) {
+        Ok(text) => text,
+        Err(e) => {
+            return vec![problem(
+                None,
+                format!("cannot read the bundle file: {e}"),
+                format!("a bundle is a folder holding {BUNDLE_FILE}; check the path"),
+            )];
+        }
+    };
+    let parsed: BundleFile = match toml::from_str(&text) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            let line = e.span().map(|s| line_at(&text, s.start));
+            let message = e.message().to_string();
+            let hint = if message.contains("unknown field") {
+                "remove or rename the field; `keel validate --schema` prints every field a bundle may have".to_string()
+            } else if message.contains("missing field") {
+                "add the field named above".to_string()
+            } else {
+                "fix the TOML syntax at this line".to_string()
+            };
+            return vec![problem(line, message, hint)];
+        }
+    };
+    let mut problems = Vec::new();
+    if parsed.coworkers.is_empty() {
+        problems.push(problem(None, "the bundle defines no coworkers".into(), "add a [coworkers.<id>] table".into()));
+    }
+    let check_model = |id: &str, key: &str, model: &str, problems: &mut Vec<Problem>| match model.split_once(':') {
+        None => problems.push(problem(
+            key_line(&text, id, key),
+            format!("coworker {id:?}: the model {model:?} does not name a provider"),
+            "write it as provider:model, for example openai-chat:gpt-4o-mini or local:smollm2".into(),
+        )),
+        Some((provider, _)) if !providers.iter().any(|p| p == provider) => problems.push(problem(
+            key_line(&text, id, key),
+            format!("coworker {id:?}: unknown provider {provider:?} in {model:?}"),
+            format!("use one of: {}", providers.join(", ")),
+        )),
+        Some(_) => {}
+    };
+    for (id, spec) in &parsed.coworkers {
+        check_model(id, "model", &spec.model, &mut problems);
+        for fallback in &spec.fallback_models {
+            check_model(id, "fallback_models", fallback, &mut problems);
+        }
+        for tool in &spec.tools {
+            if !tools.iter().any(|t| t == tool) {
+                problems.push(problem(
+                    key_line(&text, id, "tools"),
+                    format!("coworker {id:?}: unknown tool {tool:?}"),
+                    format!("use one of: {}", tools.join(", ")),
+                ));
+            }
+        }
+        if spec.instructions.trim().is_empty() {
+            problems.push(problem(
+                key_line(&text, id, "instructions"),
+                format!("coworker {id:?}: the instructions are empty"),
+                "say who the coworker is and how it should work".into(),
+            ));
+        }
+        for (key, value) in [("max_steps", spec.max_steps), ("max_output_tokens", spec.max_output_tokens)] {
+            if value == Some(0) {
+                problems.push(problem(
+                    key_line(&text, id, key),
+                    format!("coworker {id:?}: {key} is 0, so no turn could do anything"),
+                    format!("remove {key} for the default, or set it to at least 1"),
+                ));
+            }
+        }
+    }
+    for (model, price) in &parsed.prices {
+        let line = text.lines().position(|l| l.contains("[prices.") && l.contains(model.as_str())).map(|i| i + 1);
+        if !model.contains(':') {
+            problems.push(problem(
+                line,
+                format!("price for {model:?}: not a provider:model name"),
+                "name the model as provider:model".into(),
+            ));
+        }
+        if [Some(price.input), Some(price.output), price.cached_input]
+            .into_iter()
+            .flatten()
+            .any(|p| p < 0.0 || !p.is_finite())
+        {
+            problems.push(problem(
+                line,
+                format!("price for {model:?}: a price is negative"),
+                "prices are US dollars per million tokens, 0 or more".into(),
+            ));
+        }
+    }
+    problems
+}
+
+/// The 1-based line holding byte `offset`.
+fn line_at(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// The line of `key` inside `[coworkers.<id>]`, or of the table header.
+fn key_line(text: &str, id: &str, key: &str) -> Option<usize> {
+    let headers = [format!("[coworkers.{id}]"), format!("[coworkers.\"{id}\"]")];
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.iter().position(|l| headers.iter().any(|h| l.trim() == h))?;
+    for (offset, line) in lines[start + 1..].iter().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('[') {
+            break;
+        }
+        if let Some(rest) = trimmed.strip_prefix(key) {
+            if rest.trim_start().starts_with('=') {
+                return Some(start + offset + 2);
+            }
+        }
+    }
+    Some(start + 1)
+}
+
+/// The JSON Schema of `keel.toml` (draft 2020-12), as published in
+/// `docs/bundle.schema.json`.
+pub fn schema() -> Value {
+    let price = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["input", "output"],
+        "properties": {
+            "input": {"type": "number", "minimum": 0, "description": "US dollars per million input tokens"},
+            "output": {"type": "number", "minimum": 0, "description": "US dollars per million output tokens"},
+            "cached_input": {"type": "number", "minimum": 0, "description": "US dollars per million cached input tokens; defaults to input"}
+        }
+    });
+    let model = json!({"type": "string", "pattern": "^[a-z0-9-]+:.+$", "description": "provider:model, for example openai-chat:gpt-4o-mini"});
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://keel.dev/schemas/bundle.schema.json",
+        "title": "keel bundle (keel.toml)",
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "bundle": {
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {"name": {"type": "string"}}
+            },
+            "coworkers": {
+                "type": "object",
+                "minProperties": 1,
+                "additionalProperties": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "required": ["model", "instructions"],
+                    "properties": {
+                        "description": {"type": "string"},
+                        "model": model,
+                        "instructions": {"type": "string", "minLength": 1},
+                        "tools": {"type": "array", "items": {"type": "string"}, "uniqueItems": true},
+                        "fallback_models": {"type": "array", "items": model},
+                        "max_steps": {"type": "integer", "minimum": 1},
+                        "max_output_tokens": {"type": "integer", "minimum": 1},
+                        "prices": {"type": "object", "additionalProperties": price}
+                    }
+                }
+            },
+            "prices": {"type": "object", "additionalProperties": price}
+        },
+        "required": ["coworkers"]
+    })
+}
