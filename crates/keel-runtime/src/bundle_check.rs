@@ -149,10 +149,10 @@ fn key_line(text: &str, id: &str, key: &str) -> Option<usize> {
         if trimmed.starts_with('[') {
             break;
         }
-        if let Some(rest) = trimmed.strip_prefix(key) {
-            if rest.trim_start().starts_with('=') {
-                return Some(start + offset + 2);
-            }
+        if let Some(rest) = trimmed.strip_prefix(key)
+            && rest.trim_start().starts_with('=')
+        {
+            return Some(start + offset + 2);
         }
     }
     Some(start + 1)
