@@ -11,12 +11,12 @@ pub const READ_LIMIT: usize = 256 * 1024;
 /// Most entries `list_dir` returns.
 pub const LIST_LIMIT: usize = 1000;
 
-fn parse<T: for<'de> Deserialize<'de>>(arguments: Value) -> Result<T, ToolOutput> {
+pub(crate) fn parse<T: for<'de> Deserialize<'de>>(arguments: Value) -> Result<T, ToolOutput> {
     serde_json::from_value(arguments).map_err(|e| ToolOutput::error(format!("invalid arguments: {e}")))
 }
 
 /// Parses the arguments and resolves their path inside the workspace.
-fn parse_path<T: for<'de> Deserialize<'de>>(
+pub(crate) fn parse_path<T: for<'de> Deserialize<'de>>(
     context: &ToolContext,
     arguments: Value,
     path_of: impl Fn(&T) -> &String,

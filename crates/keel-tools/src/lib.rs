@@ -6,6 +6,7 @@
 //! ordinary outputs with `is_error` set: the model reads them and adapts.
 
 pub mod builtin;
+pub mod search;
 pub mod workspace;
 
 use std::collections::BTreeMap;
@@ -63,6 +64,9 @@ impl Registry {
         registry.register(Arc::new(builtin::ReadFile));
         registry.register(Arc::new(builtin::WriteFile));
         registry.register(Arc::new(builtin::ListDir));
+        registry.register(Arc::new(search::EditFile));
+        registry.register(Arc::new(search::Glob));
+        registry.register(Arc::new(search::Grep));
         registry
     }
 
