@@ -286,3 +286,28 @@ async fn a_dead_provider_trips_the_breaker_and_is_not_hammered() {
     assert!(errors[1].contains("sends it nothing"), "{}", errors[1]);
     assert!(errors[2].contains("sends it nothing"), "{}", errors[2]);
 }
+
+#[tokio::test]
+async fn arguments_that_break_the_schema_and_unknown_tools_are_refused_before_any_intent() {
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::tool_call("bad_args", "write_file", r#"{"path": "x.txt", "colour": "red"}"#));
+    mock.push(Reply::tool_call("no_tool", "delete_everything", r#"{}"#));
+    mock.push(Reply::text("ok"));
+    let mut s = setup(&mock).await;
+    let events = s.turn("s1", "go").await;
+    assert!(!kinds(&events).contains(&"tool_call_started"), "nothing ran");
+    assert_eq!(kinds(&events).iter().filter(|k| **k == "tool_call_rejected").count(), 2);
+    let snapshot = s.snapshot().await;
+    let ledger = snapshot["tool_calls"].as_array().unwrap();
+    assert!(ledger.iter().all(|c| c["status"] == "rejected"));
+    let outputs: Vec<&str> = snapshot["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "function_call_output")
+        .map(|i| i["output"].as_str().unwrap())
+        .collect();
+    assert!(outputs[0].contains("arguments.content is required"), "{}", outputs[0]);
+    assert!(outputs[1].contains("no tool named \\\"delete_everything\\\""), "{}", outputs[1]);
+    assert!(!s._dir.path().join("ws/x.txt").exists());
+}

@@ -192,34 +192,44 @@ impl TurnRun<'_> {
             started_at_ms: now_ms(),
             finished_at_ms: None,
         };
-        let intent = ledger.clone();
-        self.slot
-            .transact(self.runtime.store(), |_, change| {
-                change.events.push(NewEvent::new(
-                    EventKind::ToolCallStarted,
-                    json!({ "turn_id": intent.turn_id, "call_id": intent.call_id, "name": intent.name, "arguments": intent.arguments }),
-                ));
-                change.tool_calls.push(intent);
-                Ok(())
-            })
-            .await?;
-        let output = match self.runtime.inner.tools.get(&call.name).filter(|_| self.allowed_tools.contains(&call.name))
-        {
-            None => ToolOutput::error(format!(
-                "there is no tool named {:?}; available tools: {}",
+        // An unknown tool or arguments that break the tool's schema are
+        // refused before any intent: the call never runs.
+        let tool =
+            self.runtime.inner.tools.get(&call.name).filter(|_| self.allowed_tools.contains(&call.name)).cloned();
+        let checked = match tool {
+            None => Err(format!(
+                "the call was not run: there is no tool named {:?}; available tools: {}",
                 call.name,
                 self.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
             )),
-            Some(tool) => {
-                let tool = tool.clone();
-                tokio::select! {
+            Some(tool) => match keel_tools::schema::validate(&tool.spec().parameters, &call.parsed) {
+                Ok(()) => Ok(tool),
+                Err(reason) => Err(format!("the call was not run: {reason}; fix the arguments and call again")),
+            },
+        };
+        let (output, finished_kind, status) = match checked {
+            Err(message) => (ToolOutput::error(message), EventKind::ToolCallRejected, ToolCallStatus::Rejected),
+            Ok(tool) => {
+                let intent = ledger.clone();
+                self.slot
+                    .transact(self.runtime.store(), |_, change| {
+                        change.events.push(NewEvent::new(
+                            EventKind::ToolCallStarted,
+                            json!({ "turn_id": intent.turn_id, "call_id": intent.call_id, "name": intent.name, "arguments": intent.arguments }),
+                        ));
+                        change.tool_calls.push(intent);
+                        Ok(())
+                    })
+                    .await?;
+                let output = tokio::select! {
                     biased;
                     _ = cancel.cancelled() => return Ok(false),
                     output = tool.call(&self.context, call.parsed.clone()) => output,
-                }
+                };
+                (output, EventKind::ToolCallFinished, ToolCallStatus::Completed)
             }
         };
-        ledger.status = ToolCallStatus::Completed;
+        ledger.status = status;
         ledger.output = Some(output.text.clone());
         ledger.is_error = output.is_error;
         ledger.finished_at_ms = Some(now_ms());
@@ -228,7 +238,7 @@ impl TurnRun<'_> {
         let turn_id = self.turn_id;
         self.slot
             .transact(self.runtime.store(), |state, change| {
-                change.events.push(NewEvent::new(EventKind::ToolCallFinished, finished));
+                change.events.push(NewEvent::new(finished_kind, finished));
                 change.tool_calls.push(ledger);
                 push_item(change, &mut state.info, turn_id, item.clone());
                 Ok(())
