@@ -44,21 +44,21 @@ fn check(schema: &Value, value: &Value, at: &str) -> Result<(), String> {
         }
         _ => {}
     }
-    if let Some(Value::Array(allowed)) = schema.get("enum") {
-        if !allowed.contains(value) {
-            return Err(format!("{at} must be one of {}", Value::Array(allowed.clone())));
-        }
+    if let Some(Value::Array(allowed)) = schema.get("enum")
+        && !allowed.contains(value)
+    {
+        return Err(format!("{at} must be one of {}", Value::Array(allowed.clone())));
     }
-    if let Some(constant) = schema.get("const") {
-        if constant != value {
-            return Err(format!("{at} must be {constant}"));
-        }
+    if let Some(constant) = schema.get("const")
+        && constant != value
+    {
+        return Err(format!("{at} must be {constant}"));
     }
     let bound = |key: &str| schema.get(key).and_then(Value::as_f64);
-    if let Some(n) = value.as_f64() {
-        if bound("minimum").is_some_and(|min| n < min) || bound("maximum").is_some_and(|max| n > max) {
-            return Err(format!("{at} is out of range"));
-        }
+    if let Some(n) = value.as_f64()
+        && (bound("minimum").is_some_and(|min| n < min) || bound("maximum").is_some_and(|max| n > max))
+    {
+        return Err(format!("{at} is out of range"));
     }
     if let Value::String(text) = value {
         let length = text.chars().count() as f64;
