@@ -63,6 +63,8 @@ pub struct RuntimeConfig {
     /// Limits for coworkers that do not set their own.
     pub default_limits: TurnLimits,
     pub retry: crate::retry::RetryPolicy,
+    /// Tools added to the built-in ones (embedders and tests).
+    pub extra_tools: Vec<std::sync::Arc<dyn keel_tools::Tool>>,
 }
 
 impl RuntimeConfig {
@@ -74,6 +76,7 @@ impl RuntimeConfig {
             model_override: None,
             default_limits: TurnLimits::default(),
             retry: crate::retry::RetryPolicy::default(),
+            extra_tools: Vec::new(),
         }
     }
 }

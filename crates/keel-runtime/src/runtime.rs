@@ -62,7 +62,11 @@ impl Runtime {
     pub async fn open(config: RuntimeConfig) -> Result<Runtime> {
         state_dir::ensure(&config.state_dir)?;
         let lock = state_dir::lock(&config.state_dir)?;
-        let tool_names: Vec<String> = Registry::builtin().names().map(String::from).collect();
+        let mut tools = Registry::builtin();
+        for tool in &config.extra_tools {
+            tools.register(tool.clone());
+        }
+        let tool_names: Vec<String> = tools.names().map(String::from).collect();
         for dir in &config.bundles {
             let problems = crate::bundle_check::validate(dir, &config.providers.names(), &tool_names);
             if !problems.is_empty() {
@@ -92,7 +96,7 @@ impl Runtime {
                 store,
                 bundles,
                 providers: config.providers,
-                tools: Registry::builtin(),
+                tools,
                 model_override: config.model_override,
                 default_limits: config.default_limits,
                 sessions: Mutex::new(sessions),

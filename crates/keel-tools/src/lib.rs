@@ -47,9 +47,24 @@ impl ToolOutput {
 }
 
 /// A callable tool.
+///
+/// The two hooks are asked afresh before every model request, retries
+/// included, and their answers are never stored in history: they describe
+/// the world now (is the account connected?), not when the call was made.
 pub trait Tool: Send + Sync {
     fn spec(&self) -> ToolSpec;
     fn call<'a>(&'a self, context: &'a ToolContext, arguments: Value) -> BoxFuture<'a, ToolOutput>;
+
+    /// Live context for the model about this tool in `session_id`, for
+    /// example whether the account it needs is connected.
+    fn model_context(&self, _session_id: &str) -> Option<Value> {
+        None
+    }
+
+    /// Whether images this tool returned may be shown to the model now.
+    fn images_allowed(&self, _session_id: &str) -> bool {
+        true
+    }
 }
 
 /// Tools by model-visible name.

@@ -154,7 +154,7 @@ impl TurnRun<'_> {
         };
         let request = ModelRequest {
             model: model.model.clone(),
-            instructions: self.instructions.clone(),
+            instructions: self.live_instructions(),
             items: self.history.clone(),
             tools: self.tools.clone(),
             max_output_tokens: self.max_output_tokens,
@@ -216,6 +216,26 @@ impl TurnRun<'_> {
             self.pending_attempt = Some(attempt);
         }
         Ok(outcome)
+    }
+
+    /// The instructions with the tools' live context, asked for afresh on
+    /// every attempt and never written to history.
+    fn live_instructions(&self) -> String {
+        let mut live = serde_json::Map::new();
+        for spec in &self.tools {
+            if let Some(context) = self.runtime.inner.tools.get(&spec.name).and_then(|t| t.model_context(&self.slot.id))
+            {
+                live.insert(spec.name.clone(), context);
+            }
+        }
+        if live.is_empty() {
+            return self.instructions.clone();
+        }
+        format!(
+            "{}\n\nLive tool status (current as of this request; it supersedes older access errors in the conversation): {}",
+            self.instructions,
+            serde_json::Value::Object(live)
+        )
     }
 
     /// The cost of `usage` under the coworker's price for the current model.

@@ -1,0 +1,89 @@
+//! A tool's live context reaches the model fresh on every attempt,
+//! retries included, and never enters history.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use keel_protocol::{CompactionSettings, ToolSpec};
+use keel_provider::{OpenAiChat, OpenAiChatConfig};
+use keel_runtime::{BusMessage, NewSession, ProviderSet, Runtime, RuntimeConfig};
+use keel_testkit::{MockServer, Reply};
+use keel_tools::{BoxFuture, Tool, ToolContext, ToolOutput};
+use serde_json::{Value, json};
+
+/// Connected for the first request only.
+struct Account(Arc<AtomicUsize>);
+
+impl Tool for Account {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec { name: "account".into(), description: "test".into(), parameters: json!({"type": "object"}) }
+    }
+
+    fn call<'a>(&'a self, _: &'a ToolContext, _: Value) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async { ToolOutput::error("not used") })
+    }
+
+    fn model_context(&self, _: &str) -> Option<Value> {
+        let asked = self.0.fetch_add(1, Ordering::SeqCst);
+        Some(json!({"connected": asked == 0}))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_context_is_fresh_on_each_retry_and_stays_out_of_history() {
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::openai_error(503, "server_error", "try again"));
+    mock.push(Reply::text("done"));
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle");
+    std::fs::create_dir_all(&bundle).unwrap();
+    std::fs::write(
+        bundle.join("keel.toml"),
+        "[coworkers.c]\nmodel = \"openai-chat:m\"\ninstructions = \"Base instructions.\"\ntools = [\"account\"]\n",
+    )
+    .unwrap();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let mut config = RuntimeConfig::new(dir.path().join("state"));
+    config.bundles = vec![bundle];
+    config.providers =
+        ProviderSet::new().with(Arc::new(OpenAiChat::new(OpenAiChatConfig::new(mock.base_url())).unwrap()));
+    config.retry.base_delay = std::time::Duration::from_millis(1);
+    config.extra_tools = vec![Arc::new(Account(asked.clone()))];
+    let runtime = Runtime::open(config).await.unwrap();
+    let session = runtime
+        .create_session(NewSession {
+            name: "s".into(),
+            coworker: "c".into(),
+            workspace: dir.path().display().to_string(),
+            attended: true,
+            compaction: CompactionSettings::default(),
+        })
+        .await
+        .unwrap();
+    let mut events = runtime.subscribe(&session.id, 0).await.unwrap();
+    runtime.start_turn(&session.id, "1", "hello").await.unwrap();
+    loop {
+        if let Some(BusMessage::Event(event)) = events.next().await.unwrap()
+            && event.kind == "turn_finished"
+        {
+            assert_eq!(event.data["status"], "completed");
+            break;
+        }
+    }
+    let systems: Vec<String> = mock
+        .requests()
+        .iter()
+        .map(|r| r.json.clone().unwrap()["messages"][0]["content"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(systems.len(), 2);
+    assert!(systems[0].starts_with("Base instructions."));
+    assert!(systems[0].contains(r#""account":{"connected":true}"#), "{}", systems[0]);
+    assert!(systems[1].contains(r#""account":{"connected":false}"#), "{}", systems[1]);
+    assert_eq!(asked.load(Ordering::SeqCst), 2);
+    let snapshot = runtime.snapshot(&session.id).await.unwrap();
+    assert_eq!(snapshot.history.len(), 2);
+    assert!(!serde_json::to_string(&snapshot.history).unwrap().contains("connected"));
+    runtime.shutdown().await;
+}
