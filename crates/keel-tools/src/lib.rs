@@ -6,6 +6,7 @@
 //! ordinary outputs with `is_error` set: the model reads them and adapts.
 
 pub mod builtin;
+pub mod naming;
 pub mod schema;
 pub mod search;
 pub mod workspace;
