@@ -12,6 +12,7 @@ use serde_json::Value;
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
     SessionCreated,
+    SessionUpgraded,
     TurnStarted,
     ItemAdded,
     ModelAttemptStarted,
@@ -32,6 +33,7 @@ impl EventKind {
     pub fn as_str(self) -> &'static str {
         match self {
             EventKind::SessionCreated => "session_created",
+            EventKind::SessionUpgraded => "session_upgraded",
             EventKind::TurnStarted => "turn_started",
             EventKind::ItemAdded => "item_added",
             EventKind::ModelAttemptStarted => "model_attempt_started",

@@ -56,6 +56,10 @@ pub struct CoworkerSpec {
     /// rest of the definition.
     #[serde(default)]
     pub prices: BTreeMap<String, Price>,
+    /// SHA-256 of each listed tool's schema, pinned when a session is
+    /// created. Not written in bundles: keel fills it.
+    #[serde(default)]
+    pub tool_digests: BTreeMap<String, String>,
 }
 
 /// What a model costs, in US dollars per million tokens.
@@ -86,10 +90,29 @@ impl Price {
 impl CoworkerSpec {
     /// SHA-256 of the definition's canonical JSON, as `sha256:<hex>`.
     pub fn digest(&self) -> String {
-        let json = serde_json::to_vec(self).unwrap_or_default();
-        let hash = Sha256::digest(&json);
-        let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
-        format!("sha256:{hex}")
+        digest_json(&serde_json::to_value(self).unwrap_or_default())
+    }
+}
+
+/// `sha256:<hex>` of a JSON value's compact text.
+pub fn digest_json(value: &serde_json::Value) -> String {
+    let hash = Sha256::digest(value.to_string().as_bytes());
+    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+impl CoworkerSpec {
+    /// Fills `tool_digests` from the tools as they are now.
+    pub fn pin_tools(&mut self, tools: &keel_tools::Registry) {
+        self.tool_digests = self
+            .tools
+            .iter()
+            .filter_map(|name| {
+                tools
+                    .get(name)
+                    .map(|t| (name.clone(), digest_json(&serde_json::to_value(t.spec()).unwrap_or_default())))
+            })
+            .collect();
     }
 }
 

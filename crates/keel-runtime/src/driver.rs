@@ -87,6 +87,7 @@ pub(crate) async fn drive(
     if let Err(error) = outcome {
         let (kind, message) = match &error {
             RuntimeError::Config(m) => ("config", m.clone()),
+            RuntimeError::Outdated(m) => ("session_outdated", m.clone()),
             other => ("runtime", other.to_string()),
         };
         tracing::warn!(session = %slot.id, turn = turn_id, %error, "turn failed");
@@ -101,6 +102,18 @@ async fn prepare<'a>(runtime: &'a Runtime, slot: &'a SessionSlot, turn_id: &'a s
     let state = slot.state();
     let spec: CoworkerSpec = serde_json::from_value((*state.info.coworker_spec).clone())
         .map_err(|e| RuntimeError::Config(format!("the session's pinned coworker cannot be read: {e}")))?;
+    for (name, pinned) in &spec.tool_digests {
+        let current = runtime
+            .inner
+            .tools
+            .get(name)
+            .map(|t| crate::bundle::digest_json(&serde_json::to_value(t.spec()).unwrap_or_default()));
+        if current.as_deref() != Some(pinned.as_str()) {
+            return Err(RuntimeError::Outdated(format!(
+                "the tool {name:?} changed (or is gone) since this session was created; a person must accept the new version with session/upgrade before the session runs again"
+            )));
+        }
+    }
     let mut models = Vec::new();
     for model_ref in std::iter::once(&spec.model).chain(&spec.fallback_models) {
         let (provider, model) = runtime.inner.providers.resolve(model_ref)?;

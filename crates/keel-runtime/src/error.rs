@@ -25,6 +25,9 @@ pub enum RuntimeError {
     /// The bundle, provider setup or state directory is wrong.
     #[error("{0}")]
     Config(String),
+    /// The session's pinned view no longer matches what keel can run.
+    #[error("{0}")]
+    Outdated(String),
     #[error("keel is shutting down")]
     ShuttingDown,
 }

@@ -164,7 +164,8 @@ impl Runtime {
         if params.name.trim().is_empty() {
             return Err(RuntimeError::InvalidParams("name must not be empty".into()));
         }
-        let (bundle, spec) = self.find_coworker(&params.coworker)?;
+        let (bundle, mut spec) = self.find_coworker(&params.coworker)?;
+        spec.pin_tools(&self.inner.tools);
         for tool in &spec.tools {
             if self.inner.tools.get(tool).is_none() {
                 return Err(RuntimeError::Config(format!(
@@ -216,6 +217,36 @@ impl Runtime {
         let info = slot.state().info;
         self.inner.sessions.lock().map_err(|_| RuntimeError::ShuttingDown)?.insert(info.id.clone(), slot);
         Ok(info)
+    }
+
+    /// Re-pins a session to its coworker's current definition and tools
+    /// (after the bundle or keel changed). A person's decision: keel never
+    /// upgrades a session by itself.
+    pub async fn upgrade_session(&self, session_id: &str) -> Result<SessionInfo> {
+        let slot = self.slot(session_id)?;
+        let _control = slot.control.lock().await;
+        if slot.has_job() {
+            return Err(RuntimeError::Busy("the session's turn is running; upgrade it when the turn has ended".into()));
+        }
+        let coworker = slot.state().info.coworker;
+        let (bundle, mut spec) = self.find_coworker(&coworker)?;
+        spec.pin_tools(&self.inner.tools);
+        let digest = spec.digest();
+        let pinned = Arc::new(serde_json::to_value(&spec).unwrap_or_default());
+        let root = bundle.root.display().to_string();
+        slot.transact(self.store(), |state, change| {
+            change.events.push(NewEvent::new(
+                EventKind::SessionUpgraded,
+                json!({ "from": state.info.bundle_digest, "to": digest, "bundle_path": root }),
+            ));
+            state.info.coworker_spec = pinned;
+            state.info.bundle_digest = digest.clone();
+            state.info.bundle_path = root.clone();
+            change.repin = true;
+            Ok(())
+        })
+        .await?;
+        Ok(slot.state().info)
     }
 
     /// Every session, newest activity first.

@@ -17,6 +17,7 @@ pub const METHODS: &[&str] = &[
     "session/create",
     "session/get",
     "session/list",
+    "session/upgrade",
     "turn/start",
     "turn/interrupt",
     "turn/resume",
@@ -63,6 +64,10 @@ pub(crate) async fn call(
         "session/list" => {
             let _: serde_json::Map<String, Value> = params(raw)?;
             result(SessionListResponse { sessions: runtime.list_sessions() })
+        }
+        "session/upgrade" => {
+            let p: SessionIdParams = params(raw)?;
+            result(SessionCreateResponse { session: runtime.upgrade_session(&p.session_id).await.map_err(rt)? })
         }
         "turn/start" => {
             let p: TurnStartParams = params(raw)?;

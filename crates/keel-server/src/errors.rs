@@ -17,6 +17,7 @@ pub fn to_rpc_error(error: &RuntimeError) -> RpcError {
         RuntimeError::Conflict(_) => (code::CONFLICT, "conflict", false, error.to_string()),
         RuntimeError::Blocked(_) => (code::BLOCKED, "provider_blocked", false, error.to_string()),
         RuntimeError::Config(_) => (code::INVALID_PARAMS, "config", false, error.to_string()),
+        RuntimeError::Outdated(_) => (code::CONFLICT, "session_outdated", false, error.to_string()),
         RuntimeError::ShuttingDown => (code::BUSY, "shutting_down", true, error.to_string()),
         RuntimeError::Store(store) => {
             tracing::error!(error = %store, "store error");

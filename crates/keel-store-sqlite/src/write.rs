@@ -99,6 +99,15 @@ fn apply(conn: &Connection, change: &Change) -> Result<Vec<Event>> {
             if updated != 1 {
                 return Err(StoreError::Rejected(format!("session {} does not exist", s.id)));
             }
+            if change.repin {
+                conn.prepare_cached(
+                    "UPDATE sessions SET coworker_spec = ?2, bundle_digest = ?3, bundle_path = ?4 WHERE id = ?1",
+                )
+                .and_then(|mut st| {
+                    st.execute(params![s.id, s.coworker_spec.to_string(), s.bundle_digest, s.bundle_path])
+                })
+                .map_err(backend)?;
+            }
         }
     }
     for t in &change.turns {

@@ -68,6 +68,9 @@ pub struct Change {
     /// (name, flags, counters, usage) are updated.
     pub session: Option<SessionInfo>,
     pub new_session: bool,
+    /// Also rewrite the pinned fields (coworker definition, bundle digest
+    /// and path): set only by a person's `session/upgrade`.
+    pub repin: bool,
     pub turns: Vec<TurnInfo>,
     pub submission: Option<SubmissionRecord>,
     /// `(index, item)` appended to history; an index that exists already

@@ -1,0 +1,141 @@
+//! Sessions keep the coworker and tool schemas they were created with until
+//! a person upgrades them.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use keel_protocol::{CompactionSettings, ToolSpec};
+use keel_provider::{OpenAiChat, OpenAiChatConfig};
+use keel_runtime::{BusMessage, NewSession, ProviderSet, Runtime, RuntimeConfig};
+use keel_testkit::{MockServer, Reply};
+use keel_tools::{BoxFuture, Tool, ToolContext, ToolOutput};
+use serde_json::{Value, json};
+
+/// A tool whose schema has a version number in it.
+struct Versioned(u32);
+
+impl Tool for Versioned {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "versioned".into(),
+            description: format!("version {}", self.0),
+            parameters: json!({"type": "object"}),
+        }
+    }
+
+    fn call<'a>(&'a self, _: &'a ToolContext, _: Value) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async { ToolOutput::ok("ok") })
+    }
+}
+
+fn write_bundle(dir: &Path, instructions: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        dir.join("keel.toml"),
+        format!(
+            "[coworkers.c]\nmodel = \"openai-chat:m\"\ninstructions = \"{instructions}\"\ntools = [\"versioned\"]\n"
+        ),
+    )
+    .unwrap();
+}
+
+async fn open(dir: &Path, mock: &MockServer, version: u32) -> Runtime {
+    let mut config = RuntimeConfig::new(dir.join("state"));
+    config.bundles = vec![dir.join("bundle")];
+    config.providers =
+        ProviderSet::new().with(Arc::new(OpenAiChat::new(OpenAiChatConfig::new(mock.base_url())).unwrap()));
+    config.extra_tools = vec![Arc::new(Versioned(version))];
+    Runtime::open(config).await.unwrap()
+}
+
+async fn turn(runtime: &Runtime, session: &str, submission: &str) -> Value {
+    let mut events = runtime.subscribe(session, runtime.snapshot_last_seq(session).await.unwrap()).await.unwrap();
+    runtime.start_turn(session, submission, "go").await.unwrap();
+    loop {
+        if let Some(BusMessage::Event(event)) = events.next().await.unwrap()
+            && event.kind == "turn_finished"
+        {
+            return event.data;
+        }
+    }
+}
+
+fn last_system(mock: &MockServer) -> String {
+    let request = mock.requests().last().unwrap().json.clone().unwrap();
+    request["messages"][0]["content"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_keeps_its_pinned_view_until_a_person_upgrades_it() {
+    let mock = MockServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_bundle(&dir.path().join("bundle"), "Old instructions.");
+    let runtime = open(dir.path(), &mock, 1).await;
+    let session = runtime
+        .create_session(NewSession {
+            name: "s".into(),
+            coworker: "c".into(),
+            workspace: dir.path().display().to_string(),
+            attended: true,
+            compaction: CompactionSettings::default(),
+        })
+        .await
+        .unwrap();
+    let pinned = session.bundle_digest.clone();
+    runtime.shutdown().await;
+    drop(runtime);
+
+    // The bundle changes on disk and keel now has version 2 of the tool.
+    write_bundle(&dir.path().join("bundle"), "New instructions.");
+    let runtime = open(dir.path(), &mock, 2).await;
+    let finished = turn(&runtime, &session.id, "1").await;
+    assert_eq!(finished["status"], "failed");
+    assert_eq!(finished["error"]["kind"], "session_outdated");
+    assert!(mock.requests().is_empty(), "nothing was sent with a stale view");
+
+    let upgraded = runtime.upgrade_session(&session.id).await.unwrap();
+    assert_ne!(upgraded.bundle_digest, pinned);
+    assert_eq!(upgraded.coworker_spec["instructions"], "New instructions.");
+    mock.push(Reply::text("done"));
+    let finished = turn(&runtime, &session.id, "2").await;
+    assert_eq!(finished["status"], "completed");
+    assert!(last_system(&mock).starts_with("New instructions."));
+    runtime.shutdown().await;
+    drop(runtime);
+
+    // The upgrade is durable.
+    let runtime = open(dir.path(), &mock, 2).await;
+    let (info, _) = runtime.session_state(&session.id).unwrap();
+    assert_eq!(info.bundle_digest, upgraded.bundle_digest);
+    let snapshot = runtime.snapshot(&session.id).await.unwrap();
+    assert_eq!(snapshot.session.coworker_spec["instructions"], "New instructions.");
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_bundle_does_not_change_an_existing_session() {
+    let mock = MockServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_bundle(&dir.path().join("bundle"), "Old instructions.");
+    let runtime = open(dir.path(), &mock, 1).await;
+    let session = runtime
+        .create_session(NewSession {
+            name: "s".into(),
+            coworker: "c".into(),
+            workspace: dir.path().display().to_string(),
+            attended: true,
+            compaction: CompactionSettings::default(),
+        })
+        .await
+        .unwrap();
+    runtime.shutdown().await;
+    drop(runtime);
+    write_bundle(&dir.path().join("bundle"), "New instructions.");
+    let runtime = open(dir.path(), &mock, 1).await;
+    mock.push(Reply::text("done"));
+    assert_eq!(turn(&runtime, &session.id, "1").await["status"], "completed");
+    assert!(last_system(&mock).starts_with("Old instructions."));
+    runtime.shutdown().await;
+}
