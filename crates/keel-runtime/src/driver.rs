@@ -312,35 +312,40 @@ pub(crate) async fn finish(runtime: &Runtime, slot: &SessionSlot, turn_id: &str,
         let ledger = runtime.store().tool_calls(slot.id.clone(), Some(turn_id.to_string())).await?;
         closing = keel_core::recovery::close_unanswered(&items, &ledger, reason);
     }
-    slot.transact(runtime.store(), |state, change| {
-        let Some(turn) = state.turn.as_mut().filter(|t| t.id == turn_id && !t.status.is_terminal()) else {
-            return Err(RuntimeError::Conflict(format!("turn {turn_id} has already ended")));
-        };
-        turn.status = status;
-        turn.error = error.clone();
-        if block_session {
-            state.info.provider_blocked = true;
-        }
-        for (item, interrupted) in closing {
-            if let (Some(mut call), Item::FunctionCallOutput { output, .. }) = (interrupted, &item) {
-                change.events.push(NewEvent::new(
-                    EventKind::ToolCallInterrupted,
-                    json!({ "turn_id": turn_id, "call_id": call.call_id }),
-                ));
-                call.status = ToolCallStatus::Interrupted;
-                call.output = Some(output.clone());
-                call.is_error = true;
-                call.finished_at_ms = Some(now_ms());
-                change.tool_calls.push(call);
+    let release = || slot.release_job(turn_id);
+    slot.transact_then(
+        runtime.store(),
+        |state, change| {
+            let Some(turn) = state.turn.as_mut().filter(|t| t.id == turn_id && !t.status.is_terminal()) else {
+                return Err(RuntimeError::Conflict(format!("turn {turn_id} has already ended")));
+            };
+            turn.status = status;
+            turn.error = error.clone();
+            if block_session {
+                state.info.provider_blocked = true;
             }
-            push_item(change, &mut state.info, turn_id, item);
-        }
-        change.events.push(NewEvent::new(
-            EventKind::TurnFinished,
-            json!({ "turn_id": turn_id, "status": status, "error": error, "provider_blocked": block_session }),
-        ));
-        Ok(())
-    })
+            for (item, interrupted) in closing {
+                if let (Some(mut call), Item::FunctionCallOutput { output, .. }) = (interrupted, &item) {
+                    change.events.push(NewEvent::new(
+                        EventKind::ToolCallInterrupted,
+                        json!({ "turn_id": turn_id, "call_id": call.call_id }),
+                    ));
+                    call.status = ToolCallStatus::Interrupted;
+                    call.output = Some(output.clone());
+                    call.is_error = true;
+                    call.finished_at_ms = Some(now_ms());
+                    change.tool_calls.push(call);
+                }
+                push_item(change, &mut state.info, turn_id, item);
+            }
+            change.events.push(NewEvent::new(
+                EventKind::TurnFinished,
+                json!({ "turn_id": turn_id, "status": status, "error": error, "provider_blocked": block_session }),
+            ));
+            Ok(())
+        },
+        release,
+    )
     .await?;
     runtime.inner.metrics.turn_finished(status);
     Ok(())

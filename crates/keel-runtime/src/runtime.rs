@@ -225,8 +225,15 @@ impl Runtime {
     pub async fn upgrade_session(&self, session_id: &str) -> Result<SessionInfo> {
         let slot = self.slot(session_id)?;
         let _control = slot.control.lock().await;
-        if slot.has_job() {
-            return Err(RuntimeError::Busy("the session's turn is running; upgrade it when the turn has ended".into()));
+        if let Some((_, _, mut done)) = slot.job_turn() {
+            let ended = slot.state().turn.is_some_and(|t| t.status.is_terminal());
+            if !ended {
+                return Err(RuntimeError::Busy(
+                    "the session's turn is running; upgrade it when the turn has ended".into(),
+                ));
+            }
+            // The turn has ended durably; its driver is only checkpointing.
+            let _ = done.wait_for(|finished| *finished).await;
         }
         let coworker = slot.state().info.coworker;
         let (bundle, mut spec) = self.find_coworker(&coworker)?;

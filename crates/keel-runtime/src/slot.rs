@@ -87,6 +87,15 @@ impl SessionSlot {
         job.as_ref().map(|j| (j.turn_id.clone(), j.cancel.clone(), j.done.clone()))
     }
 
+    /// Forgets the driver of `turn_id`: its turn has ended durably.
+    pub fn release_job(&self, turn_id: &str) {
+        if let Ok(mut job) = self.job.lock()
+            && job.as_ref().is_some_and(|j| j.turn_id == turn_id)
+        {
+            *job = None;
+        }
+    }
+
     pub fn has_job(&self) -> bool {
         self.job.lock().map(|j| j.is_some()).unwrap_or(true)
     }
@@ -97,6 +106,16 @@ impl SessionSlot {
     pub async fn transact<F>(&self, store: &dyn Store, build: F) -> Result<Vec<Event>>
     where
         F: FnOnce(&mut SessionState, &mut Change) -> Result<()>,
+    {
+        self.transact_then(store, build, || {}).await
+    }
+
+    /// [`Self::transact`], running `committed` after the commit succeeds and
+    /// before its events are published.
+    pub async fn transact_then<F, C>(&self, store: &dyn Store, build: F, committed: C) -> Result<Vec<Event>>
+    where
+        F: FnOnce(&mut SessionState, &mut Change) -> Result<()>,
+        C: FnOnce(),
     {
         let _writer = self.writer.lock().await;
         let mut next = self.state();
@@ -111,6 +130,7 @@ impl SessionSlot {
         change.session = Some(next.info.clone());
         let events = store.commit(change).await.map_err(RuntimeError::Store)?;
         self.replace_state(next);
+        committed();
         self.publish_events(&events);
         Ok(events)
     }
