@@ -3,12 +3,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use keel_protocol::{CompactionSettings, ToolSpec};
+use keel_protocol::ToolSpec;
 use keel_provider::{OpenAiChat, OpenAiChatConfig};
-use keel_runtime::{BusMessage, NewSession, ProviderSet, Runtime, RuntimeConfig};
+use keel_runtime::{ProviderSet, Runtime, RuntimeConfig};
 use keel_testkit::{MockServer, Reply};
 use keel_tools::{BoxFuture, Tool, ToolContext, ToolOutput};
 use serde_json::{Value, json};
@@ -52,26 +54,8 @@ async fn live_context_is_fresh_on_each_retry_and_stays_out_of_history() {
     config.retry.base_delay = std::time::Duration::from_millis(1);
     config.extra_tools = vec![Arc::new(Account(asked.clone()))];
     let runtime = Runtime::open(config).await.unwrap();
-    let session = runtime
-        .create_session(NewSession {
-            name: "s".into(),
-            coworker: "c".into(),
-            workspace: dir.path().display().to_string(),
-            attended: true,
-            compaction: CompactionSettings::default(),
-        })
-        .await
-        .unwrap();
-    let mut events = runtime.subscribe(&session.id, 0).await.unwrap();
-    runtime.start_turn(&session.id, "1", "hello").await.unwrap();
-    loop {
-        if let Some(BusMessage::Event(event)) = events.next().await.unwrap()
-            && event.kind == "turn_finished"
-        {
-            assert_eq!(event.data["status"], "completed");
-            break;
-        }
-    }
+    let session = support::session(&runtime, dir.path()).await;
+    assert_eq!(support::turn(&runtime, &session.id, "1").await["status"], "completed");
     let systems: Vec<String> = mock
         .requests()
         .iter()

@@ -3,12 +3,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 
-use keel_protocol::{CompactionSettings, ToolSpec};
+use keel_protocol::ToolSpec;
 use keel_provider::{OpenAiChat, OpenAiChatConfig};
-use keel_runtime::{BusMessage, NewSession, ProviderSet, Runtime, RuntimeConfig};
+use keel_runtime::{ProviderSet, Runtime, RuntimeConfig};
 use keel_testkit::{MockServer, Reply};
 use keel_tools::{BoxFuture, Tool, ToolContext, ToolOutput};
 use serde_json::{Value, json};
@@ -50,18 +52,6 @@ async fn open(dir: &Path, mock: &MockServer, version: u32) -> Runtime {
     Runtime::open(config).await.unwrap()
 }
 
-async fn turn(runtime: &Runtime, session: &str, submission: &str) -> Value {
-    let mut events = runtime.subscribe(session, runtime.snapshot_last_seq(session).await.unwrap()).await.unwrap();
-    runtime.start_turn(session, submission, "go").await.unwrap();
-    loop {
-        if let Some(BusMessage::Event(event)) = events.next().await.unwrap()
-            && event.kind == "turn_finished"
-        {
-            return event.data;
-        }
-    }
-}
-
 fn last_system(mock: &MockServer) -> String {
     let request = mock.requests().last().unwrap().json.clone().unwrap();
     request["messages"][0]["content"].as_str().unwrap().to_string()
@@ -73,16 +63,7 @@ async fn a_session_keeps_its_pinned_view_until_a_person_upgrades_it() {
     let dir = tempfile::tempdir().unwrap();
     write_bundle(&dir.path().join("bundle"), "Old instructions.");
     let runtime = open(dir.path(), &mock, 1).await;
-    let session = runtime
-        .create_session(NewSession {
-            name: "s".into(),
-            coworker: "c".into(),
-            workspace: dir.path().display().to_string(),
-            attended: true,
-            compaction: CompactionSettings::default(),
-        })
-        .await
-        .unwrap();
+    let session = support::session(&runtime, dir.path()).await;
     let pinned = session.bundle_digest.clone();
     runtime.shutdown().await;
     drop(runtime);
@@ -90,7 +71,7 @@ async fn a_session_keeps_its_pinned_view_until_a_person_upgrades_it() {
     // The bundle changes on disk and keel now has version 2 of the tool.
     write_bundle(&dir.path().join("bundle"), "New instructions.");
     let runtime = open(dir.path(), &mock, 2).await;
-    let finished = turn(&runtime, &session.id, "1").await;
+    let finished = support::turn(&runtime, &session.id, "1").await;
     assert_eq!(finished["status"], "failed");
     assert_eq!(finished["error"]["kind"], "session_outdated");
     assert!(mock.requests().is_empty(), "nothing was sent with a stale view");
@@ -99,7 +80,7 @@ async fn a_session_keeps_its_pinned_view_until_a_person_upgrades_it() {
     assert_ne!(upgraded.bundle_digest, pinned);
     assert_eq!(upgraded.coworker_spec["instructions"], "New instructions.");
     mock.push(Reply::text("done"));
-    let finished = turn(&runtime, &session.id, "2").await;
+    let finished = support::turn(&runtime, &session.id, "2").await;
     assert_eq!(finished["status"], "completed");
     assert!(last_system(&mock).starts_with("New instructions."));
     runtime.shutdown().await;
@@ -120,22 +101,13 @@ async fn an_edited_bundle_does_not_change_an_existing_session() {
     let dir = tempfile::tempdir().unwrap();
     write_bundle(&dir.path().join("bundle"), "Old instructions.");
     let runtime = open(dir.path(), &mock, 1).await;
-    let session = runtime
-        .create_session(NewSession {
-            name: "s".into(),
-            coworker: "c".into(),
-            workspace: dir.path().display().to_string(),
-            attended: true,
-            compaction: CompactionSettings::default(),
-        })
-        .await
-        .unwrap();
+    let session = support::session(&runtime, dir.path()).await;
     runtime.shutdown().await;
     drop(runtime);
     write_bundle(&dir.path().join("bundle"), "New instructions.");
     let runtime = open(dir.path(), &mock, 1).await;
     mock.push(Reply::text("done"));
-    assert_eq!(turn(&runtime, &session.id, "1").await["status"], "completed");
+    assert_eq!(support::turn(&runtime, &session.id, "1").await["status"], "completed");
     assert!(last_system(&mock).starts_with("Old instructions."));
     runtime.shutdown().await;
 }
