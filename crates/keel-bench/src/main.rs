@@ -69,6 +69,7 @@ enum Bench {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> Result<()> {
+    keel_runner::run_if_requested();
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().max_blocking_threads(32).enable_all().build()?;
     runtime.block_on(async {
@@ -105,7 +106,7 @@ async fn open(state: &Path, base_url: &str) -> Result<Runtime> {
 
 async fn start_mock() -> Result<MockServer> {
     Ok(MockServer::builder()
-        .fallback(responders::tool_then_answer("write_file", r#"{"path":"bench.txt","content":"keel"}"#))
+        .fallback(responders::tool_then_answer("fs__write_file", r#"{"path":"bench.txt","content":"keel"}"#))
         .record_requests(false)
         .start()
         .await?)

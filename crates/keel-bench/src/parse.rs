@@ -28,6 +28,7 @@ fn request() -> ModelRequest {
         items: vec![Item::user_text("stream a long answer")],
         tools: Vec::new(),
         max_output_tokens: None,
+        images: Default::default(),
     }
 }
 

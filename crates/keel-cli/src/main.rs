@@ -43,6 +43,9 @@ enum Command {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // A runner (the sandboxed process built-in tools run in) is this same
+    // executable started with a marker argument; it never returns.
+    keel_runner::run_if_requested();
     let cli = Cli::parse();
     let verbose = matches!(cli.command, Command::Serve(_));
     init_logging(verbose);

@@ -12,18 +12,14 @@ use keel_testkit::{MockServer, Reply};
 use serde_json::{Value, json};
 use support::Keel;
 
-fn workspace(dir: &tempfile::TempDir) -> std::path::PathBuf {
-    let ws = dir.path().join("workspace");
-    std::fs::create_dir_all(&ws).unwrap();
-    ws
-}
+use support::workspace;
 
 #[tokio::test]
 async fn a_turn_writes_a_file_then_answers() {
     let dir = tempfile::tempdir().unwrap();
     let ws = workspace(&dir);
     let mock = MockServer::start().await.unwrap();
-    mock.push(Reply::tool_call("call_1", "write_file", r#"{"path":"notes/hello.txt","content":"Hello, keel"}"#));
+    mock.push(Reply::tool_call("call_1", "fs__write_file", r#"{"path":"notes/hello.txt","content":"Hello, keel"}"#));
     mock.push(Reply::text("I wrote notes/hello.txt."));
     let keel = Keel::start(&dir.path().join("state"), &mock.base_url()).unwrap();
     let mut client = keel.client().await.unwrap();
@@ -114,6 +110,8 @@ async fn a_submission_while_a_turn_runs_is_refused_retryably_and_not_recorded() 
     client.ok("events/subscribe", json!({"session_id": session})).await.unwrap();
     client.ok("turn/start", json!({"session_id": session, "submission_id": "a", "text": "one"})).await.unwrap();
     client.events_until("model_attempt_started").await.unwrap();
+    // The slow reply must be taken by this turn's request, not the next one's.
+    mock.wait_for_requests(1).await.unwrap();
     let refused = client
         .call("turn/start", json!({"session_id": session, "submission_id": "b", "text": "two"}))
         .await
@@ -252,7 +250,7 @@ async fn a_reconnecting_subscriber_misses_nothing() {
     let mut other = keel.client().await.unwrap();
     other.ok("events/subscribe", json!({"session_id": session, "after_seq": last_seen})).await.unwrap();
     for n in 2..=3 {
-        mock.push(Reply::tool_call(format!("c{n}"), "list_dir", r#"{"path":"."}"#));
+        mock.push(Reply::tool_call(format!("c{n}"), "fs__list_dir", r#"{"path":"."}"#));
         mock.push(Reply::text("done"));
         other
             .ok("turn/start", json!({"session_id": session, "submission_id": n.to_string(), "text": "go"}))

@@ -28,7 +28,7 @@ async fn run_streams_the_answer_and_the_views_show_the_session() {
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     let mock = MockServer::start().await.unwrap();
-    mock.push(Reply::tool_call("c1", "write_file", r#"{"path":"out.txt","content":"42"}"#));
+    mock.push(Reply::tool_call("c1", "fs__write_file", r#"{"path":"out.txt","content":"42"}"#));
     mock.push(Reply::text_deltas(["The answer ", "is in ", "out.txt."]));
     let bundle = support::example_bundle();
     let output = keel(&state, &mock.base_url())
@@ -71,7 +71,7 @@ async fn run_exits_non_zero_when_the_provider_refuses() {
         .args(["run", "--bundle"])
         .arg(support::example_bundle())
         .arg("--workspace")
-        .arg(dir.path())
+        .arg(support::workspace(&dir))
         .arg("hello")
         .output()
         .unwrap();
@@ -167,7 +167,7 @@ async fn run_uses_the_local_model_when_no_provider_is_configured() {
         .args(["run", "--bundle"])
         .arg(&bundle)
         .arg("--workspace")
-        .arg(dir.path())
+        .arg(support::workspace(&dir))
         .arg("Say hello in one short sentence.")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
@@ -202,7 +202,8 @@ async fn run_uses_the_local_model_when_no_provider_is_configured() {
         if item["type"] == "function_call" {
             let args: Value = serde_json::from_str(item["arguments"].as_str().unwrap()).unwrap();
             assert!(args.is_object());
-            assert!(["read_file", "write_file", "list_dir"].contains(&item["name"].as_str().unwrap()));
+            let name = item["name"].as_str().unwrap();
+            assert!(name.starts_with("fs__") || name == "shell__run", "{name}");
         }
     }
 }
@@ -223,12 +224,15 @@ fn validate_reports_every_problem_with_file_line_and_fix() {
         format!("{file}:2: coworker \"a\": the model \"gpt-4\" does not name a provider"),
         format!("{file}:3: coworker \"a\": the instructions are empty"),
         format!("{file}:4: coworker \"a\": unknown tool \"rm_rf\""),
+        format!(
+            "{file}:4: coworker \"a\": unknown tool \"read_file\" (fix: tools are named server.tool: write \"fs.read_file\")"
+        ),
         format!("{file}:5: coworker \"a\": max_steps is 0"),
         format!("{file}:8: coworker \"b\": unknown provider \"nosuch\""),
     ] {
         assert!(stdout.contains(&expected), "missing {expected:?} in:\n{stdout}");
     }
-    assert_eq!(stdout.matches("(fix: ").count(), 5);
+    assert_eq!(stdout.matches("(fix: ").count(), 6);
     // keel serve refuses the same bundle with the same list.
     let serve = Command::new(env!("CARGO_BIN_EXE_keel"))
         .arg("--state")

@@ -17,7 +17,7 @@ const BUNDLE: &str = r#"
 model = "openai-chat:primary"
 fallback_models = ["openai-chat:backup"]
 instructions = "You are a test coworker."
-tools = ["read_file", "write_file", "list_dir"]
+tools = ["fs.read_file", "fs.write_file", "fs.list_dir"]
 max_output_tokens = 64
 
 [prices."openai-chat:primary"]
@@ -208,7 +208,7 @@ async fn output_limit_continues_twice_then_the_turn_is_truncated() {
 #[tokio::test]
 async fn a_tool_call_with_invalid_json_arguments_is_never_run() {
     let mock = MockServer::start().await.unwrap();
-    mock.push(Reply::tool_call("bad", "write_file", r#"{"path": "x.txt", "content": "#));
+    mock.push(Reply::tool_call("bad", "fs__write_file", r#"{"path": "x.txt", "content": "#));
     mock.push(Reply::text("sorry"));
     let mut s = setup(&mock).await;
     let events = s.turn("s1", "write").await;
@@ -237,7 +237,7 @@ async fn a_context_overflow_fails_the_turn_with_a_clear_error() {
 async fn usage_and_cost_are_summed_per_attempt_turn_and_session() {
     let mock = MockServer::start().await.unwrap();
     let usage = ScriptedUsage { prompt_tokens: 1000, completion_tokens: 200, cached_tokens: 400, reasoning_tokens: 50 };
-    mock.push(Reply::tool_call("c1", "list_dir", r#"{"path":"."}"#).usage(usage));
+    mock.push(Reply::tool_call("c1", "fs__list_dir", r#"{"path":"."}"#).usage(usage));
     mock.push(Reply::text("done").usage(usage));
     let mut s = setup(&mock).await;
     s.turn("s1", "look").await;
@@ -269,8 +269,10 @@ async fn a_dead_provider_trips_the_breaker_and_is_not_hammered() {
     let keel =
         Keel::start_with(&dir.path().join("state"), &mock.base_url(), &bundle, &[("KEEL_RETRY_BASE_MS", "1")]).unwrap();
     let mut client = keel.client().await.unwrap();
-    let created =
-        client.ok("session/create", json!({"name": "p", "coworker": "worker", "workspace": dir.path()})).await.unwrap();
+    let created = client
+        .ok("session/create", json!({"name": "p", "coworker": "worker", "workspace": support::workspace(&dir)}))
+        .await
+        .unwrap();
     let session = created["session"]["id"].as_str().unwrap().to_string();
     client.ok("events/subscribe", json!({"session_id": session})).await.unwrap();
     let mut errors = Vec::new();
@@ -290,7 +292,7 @@ async fn a_dead_provider_trips_the_breaker_and_is_not_hammered() {
 #[tokio::test]
 async fn arguments_that_break_the_schema_and_unknown_tools_are_refused_before_any_intent() {
     let mock = MockServer::start().await.unwrap();
-    mock.push(Reply::tool_call("bad_args", "write_file", r#"{"path": "x.txt", "colour": "red"}"#));
+    mock.push(Reply::tool_call("bad_args", "fs__write_file", r#"{"path": "x.txt", "colour": "red"}"#));
     mock.push(Reply::tool_call("no_tool", "delete_everything", r#"{}"#));
     mock.push(Reply::text("ok"));
     let mut s = setup(&mock).await;

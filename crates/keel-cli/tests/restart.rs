@@ -66,7 +66,7 @@ async fn a_tool_call_without_a_recorded_result_is_surfaced_not_rerun() {
     std::fs::create_dir_all(&ws).unwrap();
     let state = dir.path().join("state");
     let mock = MockServer::start().await.unwrap();
-    mock.push(Reply::tool_call("call_w", "write_file", r#"{"path":"effect.txt","content":"done once"}"#));
+    mock.push(Reply::tool_call("call_w", "fs__write_file", r#"{"path":"effect.txt","content":"done once"}"#));
     let keel = Keel::start(&state, &mock.base_url()).unwrap();
     let mut client = keel.client().await.unwrap();
     let session = client.create_session(&ws).await.unwrap();

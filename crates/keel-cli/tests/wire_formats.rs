@@ -22,7 +22,7 @@ async fn run_turn(model: &str, replies: Vec<Reply>) -> (Vec<Value>, Value, MockS
     std::fs::create_dir_all(&bundle).unwrap();
     std::fs::write(
         bundle.join("keel.toml"),
-        format!("[coworkers.w]\nmodel = \"{model}\"\ninstructions = \"Be brief.\"\ntools = [\"write_file\"]\n"),
+        format!("[coworkers.w]\nmodel = \"{model}\"\ninstructions = \"Be brief.\"\ntools = [\"fs.write_file\"]\n"),
     )
     .unwrap();
     let ws = dir.path().join("ws");
@@ -46,7 +46,7 @@ async fn a_tool_turn_works_through_every_provider() {
         let (events, snapshot, mock) = run_turn(
             model,
             vec![
-                Reply::tool_call("call_a", "write_file", r#"{"path":"f.txt","content":"x"}"#),
+                Reply::tool_call("call_a", "fs__write_file", r#"{"path":"f.txt","content":"x"}"#),
                 Reply::text("Wrote f.txt."),
             ],
         )
@@ -75,7 +75,7 @@ async fn overload_and_in_stream_errors_are_retried_in_every_format() {
             vec![
                 Reply::http_error(ScriptedError::Overloaded),
                 Reply::text("partial").in_stream_error(ScriptedError::Overloaded),
-                Reply::tool_call("call_b", "write_file", r#"{"path":"f.txt","content":"x"}"#),
+                Reply::tool_call("call_b", "fs__write_file", r#"{"path":"f.txt","content":"x"}"#),
                 Reply::text("ok"),
             ],
         )
@@ -102,8 +102,10 @@ async fn refusals_and_output_limits_are_understood_in_every_format() {
             .unwrap();
         let keel = Keel::start_with(&dir.path().join("state"), &mock.base_url(), &bundle, &[]).unwrap();
         let mut client = keel.client().await.unwrap();
-        let created =
-            client.ok("session/create", json!({"name": "w", "coworker": "w", "workspace": dir.path()})).await.unwrap();
+        let created = client
+            .ok("session/create", json!({"name": "w", "coworker": "w", "workspace": support::workspace(&dir)}))
+            .await
+            .unwrap();
         let session = created["session"]["id"].as_str().unwrap().to_string();
         client.ok("events/subscribe", json!({"session_id": session})).await.unwrap();
         client.ok("turn/start", json!({"session_id": session, "submission_id": "1", "text": "x"})).await.unwrap();
@@ -114,8 +116,10 @@ async fn refusals_and_output_limits_are_understood_in_every_format() {
         for _ in 0..3 {
             mock.push(Reply::text("more").output_limit());
         }
-        let created =
-            client.ok("session/create", json!({"name": "w2", "coworker": "w", "workspace": dir.path()})).await.unwrap();
+        let created = client
+            .ok("session/create", json!({"name": "w2", "coworker": "w", "workspace": support::workspace(&dir)}))
+            .await
+            .unwrap();
         let second = created["session"]["id"].as_str().unwrap().to_string();
         client.ok("events/subscribe", json!({"session_id": second})).await.unwrap();
         client.ok("turn/start", json!({"session_id": second, "submission_id": "1", "text": "x"})).await.unwrap();

@@ -64,6 +64,7 @@ pub fn plan_resume(
                         output: tool_error(
                             "this call was interrupted when keel stopped: it started, but its result was never recorded, so its effect may or may not have happened. It was not run again. Check the current state before calling it again",
                         ),
+                        images: Vec::new(),
                     });
                 }
             }
@@ -113,7 +114,7 @@ pub fn close_unanswered(
             )),
             None => tool_error(&format!("not run: {reason} before this call started")),
         };
-        out.push((Item::FunctionCallOutput { call_id: call_id.clone(), output }, started.cloned()));
+        out.push((Item::FunctionCallOutput { call_id: call_id.clone(), output, images: Vec::new() }, started.cloned()));
     }
     out
 }
@@ -163,7 +164,7 @@ mod tests {
         let items = vec![
             Item::user_text("go"),
             call("a"),
-            Item::FunctionCallOutput { call_id: "a".into(), output: "ok".into() },
+            Item::FunctionCallOutput { call_id: "a".into(), output: "ok".into(), images: Vec::new() },
         ];
         let ledger = HashMap::from([("a".to_string(), ToolCallStatus::Completed)]);
         let plan = plan_resume(&items, &ledger, 1, TurnLimits::default());

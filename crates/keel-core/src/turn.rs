@@ -121,7 +121,7 @@ pub fn after_model(output: Vec<Item>, steps_done: u32, limits: TurnLimits) -> De
                         "the call was not run: its arguments are not a JSON object ({reason}); send the call again with valid JSON arguments"
                     ));
                     append.push(item.clone());
-                    append.push(Item::FunctionCallOutput { call_id: call_id.clone(), output });
+                    append.push(Item::FunctionCallOutput { call_id: call_id.clone(), output, images: Vec::new() });
                     continue;
                 }
             }
@@ -190,7 +190,7 @@ mod tests {
     fn valid_calls_run_and_invalid_ones_get_an_error_output() {
         let d = after_model(vec![call("a", r#"{"path":"x"}"#), call("b", "{not json")], 1, TurnLimits::default());
         assert_eq!(d.append.len(), 3);
-        assert!(matches!(&d.append[2], Item::FunctionCallOutput { call_id, output }
+        assert!(matches!(&d.append[2], Item::FunctionCallOutput { call_id, output, .. }
             if call_id == "b" && output.contains("not run")));
         match d.next {
             Next::RunTools(calls) => {

@@ -23,6 +23,9 @@ pub enum EventKind {
     ToolCallFinished,
     ToolCallRejected,
     ToolCallInterrupted,
+    /// A pinned tool's server (an MCP server) is down: its tools are left
+    /// out of this turn's requests.
+    ToolServerUnavailable,
     TurnFinished,
     TurnInterrupted,
     TurnRecoverable,
@@ -44,6 +47,7 @@ impl EventKind {
             EventKind::ToolCallFinished => "tool_call_finished",
             EventKind::ToolCallRejected => "tool_call_rejected",
             EventKind::ToolCallInterrupted => "tool_call_interrupted",
+            EventKind::ToolServerUnavailable => "tool_server_unavailable",
             EventKind::TurnFinished => "turn_finished",
             EventKind::TurnInterrupted => "turn_interrupted",
             EventKind::TurnRecoverable => "turn_recoverable",

@@ -54,10 +54,28 @@ pub enum Item {
     FunctionCallOutput {
         call_id: String,
         output: String,
+        /// Images the tool returned, by reference: the bytes live only in
+        /// the runtime's ephemeral image store, never in history.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<ImageRef>,
     },
 }
 
+/// An image a tool returned, as history records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRef {
+    /// Unique within the runtime; the key of the image store.
+    pub id: String,
+    pub mime_type: String,
+    pub bytes: u64,
+}
+
 impl Item {
+    /// A tool's text output, without images.
+    pub fn tool_output(call_id: impl Into<String>, output: impl Into<String>) -> Item {
+        Item::FunctionCallOutput { call_id: call_id.into(), output: output.into(), images: Vec::new() }
+    }
+
     /// A user message with one text part.
     pub fn user_text(text: impl Into<String>) -> Item {
         Item::Message {

@@ -12,6 +12,6 @@ pub mod session;
 pub mod status;
 
 pub use event::{Event, EventKind};
-pub use item::{ContentPart, Item, Role, ToolSpec};
+pub use item::{ContentPart, ImageRef, Item, Role, ToolSpec};
 pub use session::{CompactionSettings, Usage};
 pub use status::{AttemptStatus, ToolCallStatus, TurnStatus};

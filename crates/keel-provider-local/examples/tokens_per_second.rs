@@ -45,6 +45,7 @@ async fn main() -> anyhow::Result<()> {
             items: vec![Item::user_text(prompt)],
             tools,
             max_output_tokens: Some(tokens),
+            images: Default::default(),
         };
         let started = Instant::now();
         let response = provider.stream(&request, &|_: &str| {}).await?;

@@ -8,10 +8,15 @@
 //! `<tools>` tags (the shape SmolLM2 saw in training; it picks tools far more
 //! reliably from it than from prose) and states the exact JSON shape of a
 //! reply.
+//!
+//! The models run here read text only, so an image a tool returned becomes a
+//! line after the tool's output saying it was left out, whether or not the
+//! request carries its bytes: the model learns that the tool produced
+//! something it cannot see, instead of nothing.
 
 use std::collections::HashMap;
 
-use keel_protocol::{Item, Role, ToolSpec};
+use keel_protocol::{ImageRef, Item, Role, ToolSpec};
 use keel_provider::ModelRequest;
 
 /// One turn for the chat template.
@@ -54,7 +59,8 @@ pub fn chat_turns(request: &ModelRequest) -> Vec<ChatTurn> {
                 call_names.insert(call_id, name);
                 turns.push(ChatTurn::new("assistant", call_json(name, arguments)));
             }
-            Item::FunctionCallOutput { call_id, output } => {
+            Item::FunctionCallOutput { call_id, output, images } => {
+                let output = with_omitted_images(output, images);
                 // In the user's voice, since small models know no tool role;
                 // without the closing line SmolLM2 tends to repeat the call.
                 let text = match call_names.get(call_id.as_str()) {
@@ -66,6 +72,19 @@ pub fn chat_turns(request: &ModelRequest) -> Vec<ChatTurn> {
         }
     }
     turns
+}
+
+/// A tool's output followed by one line per image it returned, saying the
+/// image was left out.
+fn with_omitted_images(output: &str, images: &[ImageRef]) -> String {
+    let mut text = output.to_string();
+    for image in images {
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&format!("[image {} ({}) omitted: this model cannot see images]", image.id, image.mime_type));
+    }
+    text
 }
 
 /// A past call in the shape the grammar makes the model write, `tool` first.
@@ -117,6 +136,7 @@ fn system_text(instructions: &str, tools: &[ToolSpec]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use keel_provider::ImageData;
     use serde_json::json;
 
     fn request(items: Vec<Item>, tools: Vec<ToolSpec>) -> ModelRequest {
@@ -126,6 +146,7 @@ mod tests {
             items,
             tools,
             max_output_tokens: None,
+            images: Default::default(),
         }
     }
 
@@ -151,7 +172,7 @@ mod tests {
                 name: "write_file".into(),
                 arguments: r#"{"path":"a"}"#.into(),
             },
-            Item::FunctionCallOutput { call_id: "call_1".into(), output: "ok".into() },
+            Item::FunctionCallOutput { call_id: "call_1".into(), output: "ok".into(), images: Vec::new() },
         ];
         let tool = ToolSpec {
             name: "write_file".into(),
@@ -170,6 +191,34 @@ mod tests {
         assert_eq!(
             turns[3],
             ChatTurn::new("user", format!("Tool result for write_file (call_1):\nok\n\n{AFTER_RESULT}"))
+        );
+    }
+
+    #[test]
+    fn images_in_a_tool_result_become_omitted_lines_even_when_their_bytes_are_sent() {
+        let shot = |id: &str| ImageRef { id: id.into(), mime_type: "image/png".into(), bytes: 3 };
+        let items = vec![
+            Item::FunctionCall { call_id: "call_1".into(), name: "screenshot".into(), arguments: "{}".into() },
+            Item::FunctionCallOutput {
+                call_id: "call_1".into(),
+                output: "two shots".into(),
+                images: vec![shot("img_3"), shot("img_4")],
+            },
+        ];
+        let mut request = request(items, vec![]);
+        let png = ImageData { mime_type: "image/png".into(), data: vec![1u8, 2, 3].into() };
+        request.images.insert("img_3".into(), png);
+        let turns = chat_turns(&request);
+        assert_eq!(
+            turns[2],
+            ChatTurn::new(
+                "user",
+                format!(
+                    "Tool result for screenshot (call_1):\ntwo shots\n\
+                     [image img_3 (image/png) omitted: this model cannot see images]\n\
+                     [image img_4 (image/png) omitted: this model cannot see images]\n\n{AFTER_RESULT}"
+                )
+            )
         );
     }
 

@@ -49,6 +49,7 @@ fn request(prompt: &str, tools: Vec<ToolSpec>, max_output_tokens: u32) -> ModelR
         items: vec![Item::user_text(prompt)],
         tools,
         max_output_tokens: Some(max_output_tokens),
+        images: Default::default(),
     }
 }
 
@@ -159,7 +160,11 @@ async fn tool_results_feed_back_into_the_conversation() -> anyhow::Result<()> {
         name: "write_file".into(),
         arguments: r#"{"path":"notes.txt","content":"buy milk"}"#.into(),
     });
-    request.items.push(Item::FunctionCallOutput { call_id: "call_1".into(), output: "wrote 8 bytes".into() });
+    request.items.push(Item::FunctionCallOutput {
+        call_id: "call_1".into(),
+        output: "wrote 8 bytes".into(),
+        images: Vec::new(),
+    });
     let (response, deltas) = run(&provider, &request).await?;
     eprintln!("after the tool result: {}", assert_valid_tool_reply(&response, &deltas)?);
     Ok(())

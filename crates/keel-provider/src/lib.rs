@@ -12,6 +12,7 @@
 pub mod anthropic;
 mod decoding;
 mod failure;
+mod images;
 pub mod openai_chat;
 pub mod openai_responses;
 mod output;
@@ -39,6 +40,25 @@ pub struct ModelRequest {
     pub items: Vec<Item>,
     pub tools: Vec<ToolSpec>,
     pub max_output_tokens: Option<u32>,
+    /// The bytes of the images the model may see now, by [`ImageRef`] id.
+    /// An image referenced in `items` but absent here (expired, or its tool
+    /// no longer allows showing it) is sent as a text placeholder.
+    ///
+    /// [`ImageRef`]: keel_protocol::ImageRef
+    pub images: std::collections::BTreeMap<String, ImageData>,
+}
+
+/// An image's bytes, shared cheaply between attempts.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ImageData {
+    pub mime_type: String,
+    pub data: std::sync::Arc<[u8]>,
+}
+
+impl std::fmt::Debug for ImageData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ImageData({}, {} bytes)", self.mime_type, self.data.len())
+    }
 }
 
 /// Why the model stopped.

@@ -35,7 +35,7 @@ fn call(id: &str, name: &str, arguments: &str) -> Item {
 }
 
 fn output(id: &str, text: &str) -> Item {
-    Item::FunctionCallOutput { call_id: id.into(), output: text.into() }
+    Item::FunctionCallOutput { call_id: id.into(), output: text.into(), images: Vec::new() }
 }
 
 #[tokio::test]
@@ -101,6 +101,7 @@ async fn the_request_body_merges_history_into_alternating_messages() -> anyhow::
             parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
         }],
         max_output_tokens: None,
+        images: Default::default(),
     };
     let config = AnthropicConfig::new(server.base_url()).with_api_key("sk-ant-test-1");
     run(&Anthropic::new(config)?, &request).await.0?;
@@ -134,6 +135,27 @@ async fn the_request_body_merges_history_into_alternating_messages() -> anyhow::
             "stream": true,
         }))
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn tool_images_are_sent_as_base64_image_blocks_of_the_tool_result() -> anyhow::Result<()> {
+    let server = MockServer::start().await?;
+    server.push(Reply::text("I see them"));
+    run(&provider(&server)?, &support::screenshot_request("claude-test")).await.0?;
+    let body = only_request(&server)?.json.context("the body is not JSON")?;
+    let result = &body["messages"][2]["content"][0];
+    assert_eq!((result["type"].as_str(), result["tool_use_id"].as_str()), (Some("tool_result"), Some("c1")));
+    let blocks = result["content"].as_array().context("the tool result content is not a list of blocks")?;
+    assert_eq!(blocks.len(), 2, "{blocks:?}");
+    assert_eq!(blocks[0], json!({"type": "text", "text": format!("two shots\n{}", support::EXPIRED_PLACEHOLDER)}));
+    assert_eq!(blocks[1]["type"], "image");
+    assert_eq!(
+        (blocks[1]["source"]["type"].as_str(), blocks[1]["source"]["media_type"].as_str()),
+        (Some("base64"), Some("image/png"))
+    );
+    let data = blocks[1]["source"]["data"].as_str().context("no image data")?;
+    assert_eq!(support::decode_base64(data)?, support::SCREENSHOT_PNG);
     Ok(())
 }
 

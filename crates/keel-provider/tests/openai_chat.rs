@@ -73,8 +73,8 @@ async fn the_request_body_maps_history_tools_and_streaming_options() -> anyhow::
             Item::assistant_text("Reading."),
             Item::FunctionCall { call_id: "c1".into(), name: "read_file".into(), arguments: r#"{"path":"a"}"#.into() },
             Item::FunctionCall { call_id: "c2".into(), name: "read_file".into(), arguments: r#"{"path":"b"}"#.into() },
-            Item::FunctionCallOutput { call_id: "c1".into(), output: "A".into() },
-            Item::FunctionCallOutput { call_id: "c2".into(), output: "B".into() },
+            Item::FunctionCallOutput { call_id: "c1".into(), output: "A".into(), images: Vec::new() },
+            Item::FunctionCallOutput { call_id: "c2".into(), output: "B".into(), images: Vec::new() },
         ],
         tools: vec![ToolSpec {
             name: "read_file".into(),
@@ -82,6 +82,7 @@ async fn the_request_body_maps_history_tools_and_streaming_options() -> anyhow::
             parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
         }],
         max_output_tokens: Some(512),
+        images: Default::default(),
     };
     run(&provider(&server)?, &request).await.0?;
     let recorded = only_request(&server)?;
@@ -110,6 +111,28 @@ async fn the_request_body_maps_history_tools_and_streaming_options() -> anyhow::
             "max_tokens": 512,
         }))
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn tool_images_follow_the_tool_message_in_a_user_message() -> anyhow::Result<()> {
+    let server = MockServer::start().await?;
+    server.push(Reply::text("I see them"));
+    run(&provider(&server)?, &support::screenshot_request("gpt-test")).await.0?;
+    let body = only_request(&server)?.json.context("the body is not JSON")?;
+    let messages = body["messages"].as_array().context("no messages")?;
+    assert_eq!(messages.len(), 4, "{messages:?}");
+    assert_eq!(
+        messages[2],
+        json!({"role": "tool", "tool_call_id": "c1", "content": format!("two shots\n{}", support::EXPIRED_PLACEHOLDER)})
+    );
+    assert_eq!(messages[3]["role"], "user");
+    assert_eq!(messages[3]["content"][0], json!({"type": "text", "text": "Images returned by tool call c1:"}));
+    assert_eq!(messages[3]["content"][1]["type"], "image_url");
+    let url = messages[3]["content"][1]["image_url"]["url"].as_str().context("no image_url.url")?;
+    let data = url.strip_prefix("data:image/png;base64,").context("not a PNG data URL")?;
+    assert_eq!(support::decode_base64(data)?, support::SCREENSHOT_PNG);
+    assert_eq!(messages[3]["content"].as_array().map(Vec::len), Some(2));
     Ok(())
 }
 

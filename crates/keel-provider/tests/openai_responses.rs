@@ -77,7 +77,7 @@ async fn the_request_body_maps_history_tools_and_options() -> anyhow::Result<()>
             Item::assistant_text("Reading."),
             call("c1", "read_file", r#"{"path":"a"}"#),
             call("c2", "read_file", r#"{"path":"b"}"#),
-            Item::FunctionCallOutput { call_id: "c1".into(), output: "A".into() },
+            Item::FunctionCallOutput { call_id: "c1".into(), output: "A".into(), images: Vec::new() },
             notice,
         ],
         tools: vec![ToolSpec {
@@ -86,6 +86,7 @@ async fn the_request_body_maps_history_tools_and_options() -> anyhow::Result<()>
             parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
         }],
         max_output_tokens: Some(512),
+        images: Default::default(),
     };
     let provider = OpenAiResponses::new(OpenAiResponsesConfig::new(server.base_url()).with_api_key("sk-test-1"))?;
     run(&provider, &request).await.0?;
@@ -120,6 +121,24 @@ async fn the_request_body_maps_history_tools_and_options() -> anyhow::Result<()>
             "max_output_tokens": 512,
         }))
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn tool_images_are_sent_as_input_image_parts_of_the_output() -> anyhow::Result<()> {
+    let server = MockServer::start().await?;
+    server.push(Reply::text("I see them"));
+    run(&provider(&server)?, &support::screenshot_request("gpt-5")).await.0?;
+    let body = only_request(&server)?.json.context("the body is not JSON")?;
+    let output = &body["input"][2];
+    assert_eq!((output["type"].as_str(), output["call_id"].as_str()), (Some("function_call_output"), Some("c1")));
+    let parts = output["output"].as_array().context("the output is not a list of parts")?;
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert_eq!(parts[0], json!({"type": "input_text", "text": format!("two shots\n{}", support::EXPIRED_PLACEHOLDER)}));
+    assert_eq!(parts[1]["type"], "input_image");
+    let url = parts[1]["image_url"].as_str().context("no image_url")?;
+    let data = url.strip_prefix("data:image/png;base64,").context("not a PNG data URL")?;
+    assert_eq!(support::decode_base64(data)?, support::SCREENSHOT_PNG);
     Ok(())
 }
 

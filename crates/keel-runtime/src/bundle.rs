@@ -10,9 +10,25 @@
 //! description = "A general assistant"
 //! model = "openai-chat:gpt-4o-mini"
 //! instructions = "You are a careful assistant..."
-//! tools = ["read_file", "write_file", "list_dir"]
+//! tools = ["fs.read_file", "fs.write_file", "shell.run", "github.*"]
 //! max_steps = 16
+//!
+//! [coworkers.assistant-example.resources]
+//! read = ["/usr/share/dict"]   # readable beyond the workspace
+//! write = []                   # writable beyond the workspace
+//! network = false              # tools run without a network
+//! env = ["GITHUB_TOKEN"]       # variables passed through to tools
+//!
+//! [mcp_servers.github]         # the shape common MCP clients use
+//! command = "npx"
+//! args = ["-y", "@modelcontextprotocol/server-github"]
+//! env = { GITHUB_PERSONAL_ACCESS_TOKEN = "..." }
+//! # or: url = "https://host/mcp", headers = { Authorization = "Bearer ..." }
 //! ```
+//!
+//! Tools are named `server.tool`: keel's built-ins are `fs.*` and
+//! `shell.run`; an MCP server's tools are `<server>.<tool>`, and
+//! `<server>.*` takes every tool the server offers.
 //!
 //! When a session is created its coworker's definition is copied into the
 //! session (pinned) with a SHA-256 digest, so editing the bundle later does not
@@ -38,9 +54,13 @@ pub struct CoworkerSpec {
     /// `provider:model`, for example `openai-chat:gpt-4o-mini`.
     pub model: String,
     pub instructions: String,
-    /// Names of the tools this coworker may call.
+    /// The tools this coworker may call: qualified names (`fs.read_file`)
+    /// or `<server>.*` for every tool of an MCP server.
     #[serde(default)]
     pub tools: Vec<String>,
+    /// What its tools may touch beyond the workspace.
+    #[serde(default)]
+    pub resources: keel_tools::ResourcePolicy,
     /// Models to move to, in order, when the first one fails for good
     /// (auth, out of credit, unreachable after retries).
     #[serde(default)]
@@ -56,8 +76,9 @@ pub struct CoworkerSpec {
     /// rest of the definition.
     #[serde(default)]
     pub prices: BTreeMap<String, Price>,
-    /// SHA-256 of each listed tool's schema, pinned when a session is
-    /// created. Not written in bundles: keel fills it.
+    /// SHA-256 of each tool's descriptor (name, description, version,
+    /// input schema) by qualified name, pinned when a session is created.
+    /// Not written in bundles: keel fills it.
     #[serde(default)]
     pub tool_digests: BTreeMap<String, String>,
 }
@@ -101,21 +122,6 @@ pub fn digest_json(value: &serde_json::Value) -> String {
     format!("sha256:{hex}")
 }
 
-impl CoworkerSpec {
-    /// Fills `tool_digests` from the tools as they are now.
-    pub fn pin_tools(&mut self, tools: &keel_tools::Registry) {
-        self.tool_digests = self
-            .tools
-            .iter()
-            .filter_map(|name| {
-                tools
-                    .get(name)
-                    .map(|t| (name.clone(), digest_json(&serde_json::to_value(t.spec()).unwrap_or_default())))
-            })
-            .collect();
-    }
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct BundleFile {
@@ -126,6 +132,33 @@ pub(crate) struct BundleFile {
     /// Prices by `provider:model`.
     #[serde(default)]
     pub prices: BTreeMap<String, Price>,
+    #[serde(default)]
+    pub mcp_servers: BTreeMap<String, McpServerSpec>,
+}
+
+/// An MCP server, as common MCP clients configure one: a command to start
+/// (stdio), or a URL (streamable HTTP).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerSpec {
+    #[serde(default)]
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// The server's whole environment beside `PATH`, `HOME` and `LANG`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working folder of the command; relative paths are from the bundle.
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    #[serde(default)]
+    pub url: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub startup_timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub call_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -142,6 +175,7 @@ pub struct Bundle {
     pub name: String,
     pub coworkers: BTreeMap<String, CoworkerSpec>,
     pub prices: BTreeMap<String, Price>,
+    pub mcp_servers: BTreeMap<String, McpServerSpec>,
 }
 
 impl Bundle {
@@ -182,6 +216,14 @@ impl Bundle {
                 }
             }
         }
-        Ok(Bundle { root, name, coworkers, prices: parsed.prices })
+        let mut mcp_servers = parsed.mcp_servers;
+        for server in mcp_servers.values_mut() {
+            if let Some(cwd) = &server.cwd
+                && cwd.is_relative()
+            {
+                server.cwd = Some(root.join(cwd));
+            }
+        }
+        Ok(Bundle { root, name, coworkers, prices: parsed.prices, mcp_servers })
     }
 }

@@ -85,13 +85,43 @@ pub fn validate(dir: &Path, providers: &[String], tools: &[String]) -> Vec<Probl
             check_model(id, "fallback_models", fallback, &mut problems);
         }
         for tool in &spec.tools {
-            if !tools.iter().any(|t| t == tool) {
+            let (server, _) = keel_tools::split_qualified(tool);
+            let known = tools.iter().any(|t| t == tool) || parsed.mcp_servers.contains_key(server);
+            if !known {
+                let bare = tools.iter().find(|t| keel_tools::split_qualified(t).1 == tool);
+                let hint = match bare {
+                    Some(qualified) => format!("tools are named server.tool: write {qualified:?}"),
+                    None if tool.ends_with(".*") => {
+                        format!("declare the MCP server with [mcp_servers.{}]", tool.trim_end_matches(".*"))
+                    }
+                    None => format!(
+                        "use one of: {}, or <server>.<tool> / <server>.* for a server in [mcp_servers]",
+                        tools.join(", ")
+                    ),
+                };
                 problems.push(problem(
                     key_line(&text, id, "tools"),
                     format!("coworker {id:?}: unknown tool {tool:?}"),
-                    format!("use one of: {}", tools.join(", ")),
+                    hint,
                 ));
             }
+        }
+        for (key, paths) in [("read", &spec.resources.read), ("write", &spec.resources.write)] {
+            for path in paths.iter().filter(|p| !p.is_absolute()) {
+                problems.push(problem(
+                    key_line(&text, id, key),
+                    format!("coworker {id:?}: resources.{key} holds the relative path {path:?}"),
+                    "write absolute paths; the workspace itself needs no entry".into(),
+                ));
+            }
+        }
+        let shell = &spec.resources.shell;
+        if shell.timeout_secs == 0 || shell.max_timeout_secs < shell.timeout_secs {
+            problems.push(problem(
+                key_line(&text, id, "timeout_secs"),
+                format!("coworker {id:?}: shell timeouts must satisfy 0 < timeout_secs <= max_timeout_secs"),
+                "for example timeout_secs = 60 and max_timeout_secs = 600".into(),
+            ));
         }
         if spec.instructions.trim().is_empty() {
             problems.push(problem(
@@ -108,6 +138,51 @@ pub fn validate(dir: &Path, providers: &[String], tools: &[String]) -> Vec<Probl
                     format!("remove {key} for the default, or set it to at least 1"),
                 ));
             }
+        }
+    }
+    for (name, server) in &parsed.mcp_servers {
+        let line = text.lines().position(|l| l.contains("[mcp_servers.") && l.contains(name.as_str())).map(|i| i + 1);
+        let plain = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !plain {
+            problems.push(problem(
+                line,
+                format!("MCP server {name:?}: the name may hold only letters, digits, '-' and '_'"),
+                "rename the server; its tools are called <server>.<tool>".into(),
+            ));
+        }
+        if name == "fs" || name == "shell" {
+            problems.push(problem(
+                line,
+                format!("MCP server {name:?}: the name is taken by keel's built-in tools"),
+                "rename the server".into(),
+            ));
+        }
+        match (&server.command, &server.url) {
+            (Some(_), Some(_)) => problems.push(problem(
+                line,
+                format!("MCP server {name:?}: both command and url are set"),
+                "keep command (a local server over stdio) or url (streamable HTTP), not both".into(),
+            )),
+            (None, None) => problems.push(problem(
+                line,
+                format!("MCP server {name:?}: neither command nor url is set"),
+                "set command = \"...\" (with args) for a local server, or url = \"https://...\"".into(),
+            )),
+            (None, Some(url)) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+                problems.push(problem(
+                    line,
+                    format!("MCP server {name:?}: the url {url:?} is not http(s)"),
+                    "give the server's streamable HTTP endpoint, for example http://127.0.0.1:3001/mcp".into(),
+                ))
+            }
+            _ => {}
+        }
+        if server.command.is_none() && (!server.args.is_empty() || !server.env.is_empty()) {
+            problems.push(problem(
+                line,
+                format!("MCP server {name:?}: args and env apply to a command, and there is none"),
+                "remove them, or set command".into(),
+            ));
         }
     }
     for (model, price) in &parsed.prices {
@@ -172,6 +247,47 @@ pub fn schema() -> Value {
         }
     });
     let model = json!({"type": "string", "pattern": "^[a-z0-9-]+:.+$", "description": "provider:model, for example openai-chat:gpt-4o-mini"});
+    let strings = json!({"type": "array", "items": {"type": "string"}});
+    let string_map = json!({"type": "object", "additionalProperties": {"type": "string"}});
+    let seconds = json!({"type": "integer", "minimum": 1});
+    let resources = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "description": "What the coworker's tools may touch beyond the workspace",
+        "properties": {
+            "read": {"type": "array", "items": {"type": "string"}, "description": "Absolute folders readable beyond the workspace"},
+            "write": {"type": "array", "items": {"type": "string"}, "description": "Absolute folders readable and writable beyond the workspace"},
+            "network": {"type": "boolean", "default": false, "description": "Whether tools may use the network"},
+            "env": {"type": "array", "items": {"type": "string"}, "description": "Names of keel's environment variables passed through to tools"},
+            "shell": {
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {
+                    "timeout_secs": {"type": "integer", "minimum": 1, "default": 60},
+                    "max_timeout_secs": {"type": "integer", "minimum": 1, "default": 600},
+                    "output_limit_bytes": {"type": "integer", "minimum": 1, "default": 65536},
+                    "max_processes": {"type": "integer", "minimum": 1, "default": 512},
+                    "max_file_bytes": {"type": "integer", "minimum": 1, "default": 1073741824u64}
+                }
+            }
+        }
+    });
+    let mcp_server = json!({
+        "type": "object",
+        "additionalProperties": false,
+        "description": "An MCP server: command (stdio) or url (streamable HTTP)",
+        "properties": {
+            "command": {"type": "string"},
+            "args": strings,
+            "env": string_map,
+            "cwd": {"type": "string"},
+            "url": {"type": "string", "pattern": "^https?://"},
+            "headers": string_map,
+            "startup_timeout_secs": seconds,
+            "call_timeout_secs": seconds
+        },
+        "oneOf": [{"required": ["command"]}, {"required": ["url"]}]
+    });
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://keel.dev/schemas/bundle.schema.json",
@@ -195,7 +311,8 @@ pub fn schema() -> Value {
                         "description": {"type": "string"},
                         "model": model,
                         "instructions": {"type": "string", "minLength": 1},
-                        "tools": {"type": "array", "items": {"type": "string"}, "uniqueItems": true},
+                        "tools": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z0-9_-]+\\..+$"}, "uniqueItems": true, "description": "Qualified tool names (fs.read_file) or <server>.* for every tool of an MCP server"},
+                        "resources": resources,
                         "fallback_models": {"type": "array", "items": model},
                         "max_steps": {"type": "integer", "minimum": 1},
                         "max_output_tokens": {"type": "integer", "minimum": 1},
@@ -203,7 +320,8 @@ pub fn schema() -> Value {
                     }
                 }
             },
-            "prices": {"type": "object", "additionalProperties": price}
+            "prices": {"type": "object", "additionalProperties": price},
+            "mcp_servers": {"type": "object", "additionalProperties": mcp_server}
         },
         "required": ["coworkers"]
     })

@@ -63,8 +63,15 @@ pub struct RuntimeConfig {
     /// Limits for coworkers that do not set their own.
     pub default_limits: TurnLimits,
     pub retry: crate::retry::RetryPolicy,
-    /// Tools added to the built-in ones (embedders and tests).
+    /// Tools added to the built-in ones (embedders and tests). They run in
+    /// keel's process: they are the embedder's code, not the model's.
     pub extra_tools: Vec<std::sync::Arc<dyn keel_tools::Tool>>,
+    /// How to start the sandboxed runner that runs the built-in tools. By
+    /// default this executable, which must call
+    /// `keel_runner::run_if_requested` first thing in `main`.
+    pub runner: keel_runner::RunnerCommand,
+    /// How long a session's runner may sit idle before it is stopped.
+    pub runner_idle: std::time::Duration,
 }
 
 impl RuntimeConfig {
@@ -77,6 +84,11 @@ impl RuntimeConfig {
             default_limits: TurnLimits::default(),
             retry: crate::retry::RetryPolicy::default(),
             extra_tools: Vec::new(),
+            runner: keel_runner::RunnerCommand::this_executable().unwrap_or_else(|_| keel_runner::RunnerCommand {
+                program: "keel".into(),
+                args: vec![keel_runner::RUNNER_ARG.into()],
+            }),
+            runner_idle: std::time::Duration::from_secs(60),
         }
     }
 }

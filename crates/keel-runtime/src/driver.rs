@@ -13,14 +13,13 @@
 //!
 //! No effect runs before its intent is committed.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
 use keel_core::{Next, ToolCall, TurnLimits};
 use keel_protocol::ids::now_ms;
 use keel_protocol::session::{AttemptInfo, ToolCallInfo, TurnError};
-use keel_protocol::{EventKind, Item, ToolCallStatus, ToolSpec, TurnStatus};
+use keel_protocol::{EventKind, Item, ToolCallStatus, TurnStatus};
 use keel_provider::ModelProvider;
 use keel_store::NewEvent;
 use keel_tools::{ToolContext, ToolOutput};
@@ -31,6 +30,7 @@ use crate::bundle::CoworkerSpec;
 use crate::error::{Result, RuntimeError};
 use crate::runtime::Runtime;
 use crate::slot::SessionSlot;
+use crate::tools::TurnTools;
 
 mod model_call;
 
@@ -58,8 +58,7 @@ struct TurnRun<'a> {
     /// A completed attempt waiting to be committed with its decision.
     pending_attempt: Option<AttemptInfo>,
     instructions: String,
-    tools: Vec<ToolSpec>,
-    allowed_tools: HashSet<String>,
+    tools: TurnTools,
     limits: TurnLimits,
     context: ToolContext,
     /// The session's history as committed, kept in step with each commit.
@@ -102,26 +101,14 @@ async fn prepare<'a>(runtime: &'a Runtime, slot: &'a SessionSlot, turn_id: &'a s
     let state = slot.state();
     let spec: CoworkerSpec = serde_json::from_value((*state.info.coworker_spec).clone())
         .map_err(|e| RuntimeError::Config(format!("the session's pinned coworker cannot be read: {e}")))?;
-    for (name, pinned) in &spec.tool_digests {
-        let current = runtime
-            .inner
-            .tools
-            .get(name)
-            .map(|t| crate::bundle::digest_json(&serde_json::to_value(t.spec()).unwrap_or_default()));
-        if current.as_deref() != Some(pinned.as_str()) {
-            return Err(RuntimeError::Outdated(format!(
-                "the tool {name:?} changed (or is gone) since this session was created; a person must accept the new version with session/upgrade before the session runs again"
-            )));
-        }
-    }
+    let tools = runtime.bind_tools(&spec)?;
+    report_unavailable(slot, runtime, turn_id, &tools).await?;
     let mut models = Vec::new();
     for model_ref in std::iter::once(&spec.model).chain(&spec.fallback_models) {
         let (provider, model) = runtime.inner.providers.resolve(model_ref)?;
         let price = spec.prices.get(model_ref).cloned();
         models.push(ModelChoice { provider, model, model_ref: model_ref.clone(), price });
     }
-    let tools: Vec<ToolSpec> =
-        spec.tools.iter().filter_map(|name| runtime.inner.tools.get(name)).map(|tool| tool.spec()).collect();
     let history = runtime.store().history(slot.id.clone(), 0).await?;
     Ok(TurnRun {
         runtime,
@@ -133,16 +120,42 @@ async fn prepare<'a>(runtime: &'a Runtime, slot: &'a SessionSlot, turn_id: &'a s
         block_session: false,
         pending_attempt: None,
         instructions: spec.instructions.clone(),
-        allowed_tools: tools.iter().map(|t| t.name.clone()).collect(),
         tools,
         limits: TurnLimits {
             max_steps: spec.max_steps.unwrap_or(runtime.inner.default_limits.max_steps),
             ..runtime.inner.default_limits
         },
-        context: ToolContext { workspace: state.info.workspace.into() },
+        context: ToolContext {
+            session_id: slot.id.clone(),
+            workspace: state.info.workspace.into(),
+            resources: Arc::new(spec.resources.clone()),
+        },
         history,
         provider_time: std::time::Duration::ZERO,
     })
+}
+
+/// Journals, once per turn, each MCP server whose pinned tools are left
+/// out because it is down.
+async fn report_unavailable(slot: &SessionSlot, runtime: &Runtime, turn_id: &str, tools: &TurnTools) -> Result<()> {
+    let mut servers: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
+    for (name, reason) in &tools.unavailable {
+        servers.entry(keel_tools::split_qualified(name).0).or_insert(reason);
+    }
+    if servers.is_empty() {
+        return Ok(());
+    }
+    slot.transact(runtime.store(), |_, change| {
+        for (server, reason) in &servers {
+            change.events.push(NewEvent::new(
+                EventKind::ToolServerUnavailable,
+                json!({ "turn_id": turn_id, "server": server, "reason": reason }),
+            ));
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(())
 }
 
 impl TurnRun<'_> {
@@ -207,15 +220,15 @@ impl TurnRun<'_> {
         };
         // An unknown tool or arguments that break the tool's schema are
         // refused before any intent: the call never runs.
-        let tool =
-            self.runtime.inner.tools.get(&call.name).filter(|_| self.allowed_tools.contains(&call.name)).cloned();
-        let checked = match tool {
+        let bound = self.tools.by_name.get(&call.name).cloned();
+        let qualified = bound.as_ref().map(|b| b.qualified.clone()).unwrap_or_default();
+        let checked = match bound.map(|b| b.tool) {
             None => Err(format!(
                 "the call was not run: there is no tool named {:?}; available tools: {}",
                 call.name,
-                self.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+                self.tools.specs.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
             )),
-            Some(tool) => match keel_tools::schema::validate(&tool.spec().parameters, &call.parsed) {
+            Some(tool) => match keel_tools::schema::validate(&tool.descriptor().input_schema, &call.parsed) {
                 Ok(()) => Ok(tool),
                 Err(reason) => Err(format!("the call was not run: {reason}; fix the arguments and call again")),
             },
@@ -228,7 +241,7 @@ impl TurnRun<'_> {
                     .transact(self.runtime.store(), |_, change| {
                         change.events.push(NewEvent::new(
                             EventKind::ToolCallStarted,
-                            json!({ "turn_id": intent.turn_id, "call_id": intent.call_id, "name": intent.name, "arguments": intent.arguments }),
+                            json!({ "turn_id": intent.turn_id, "call_id": intent.call_id, "name": intent.name, "tool": qualified, "arguments": intent.arguments }),
                         ));
                         change.tool_calls.push(intent);
                         Ok(())
@@ -239,15 +252,28 @@ impl TurnRun<'_> {
                     _ = cancel.cancelled() => return Ok(false),
                     output = tool.call(&self.context, call.parsed.clone()) => output,
                 };
-                (output, EventKind::ToolCallFinished, ToolCallStatus::Completed)
+                if output.not_run {
+                    (output, EventKind::ToolCallRejected, ToolCallStatus::Rejected)
+                } else {
+                    (output, EventKind::ToolCallFinished, ToolCallStatus::Completed)
+                }
             }
         };
         ledger.status = status;
         ledger.output = Some(output.text.clone());
         ledger.is_error = output.is_error;
         ledger.finished_at_ms = Some(now_ms());
-        let item = Item::FunctionCallOutput { call_id: call.call_id.clone(), output: output.text };
-        let finished = json!({ "turn_id": self.turn_id, "call_id": call.call_id, "is_error": output.is_error });
+        // Image bytes go to the ephemeral store; history keeps references.
+        let images: Vec<keel_protocol::ImageRef> =
+            output.images.into_iter().map(|image| self.runtime.inner.images.put(&self.slot.id, image)).collect();
+        let mut finished = json!({ "turn_id": self.turn_id, "call_id": call.call_id, "is_error": output.is_error });
+        if let Some(sandbox) = &output.sandbox {
+            finished["sandbox"] = sandbox.clone();
+        }
+        if !images.is_empty() {
+            finished["images"] = json!(images.len());
+        }
+        let item = Item::FunctionCallOutput { call_id: call.call_id.clone(), output: output.text, images };
         let turn_id = self.turn_id;
         self.slot
             .transact(self.runtime.store(), |state, change| {

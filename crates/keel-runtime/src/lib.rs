@@ -17,13 +17,16 @@ pub mod config;
 mod driver;
 pub mod error;
 pub mod events;
+pub mod images;
 pub mod inspect;
+mod mcp;
 pub mod metrics;
 mod recovery;
 pub mod retry;
 mod runtime;
 mod slot;
 pub mod state_dir;
+pub mod tools;
 
 pub use bundle::{Bundle, CoworkerSpec, Price};
 pub use config::{ProviderSet, RuntimeConfig};
@@ -33,7 +36,9 @@ pub use inspect::Inspector;
 pub use metrics::{Metrics, TurnTiming};
 pub use runtime::{NewSession, Runtime};
 
-/// The names of the tools every coworker may list.
+pub use keel_mcp::{ServerState as McpServerState, ServerStatus as McpServerStatus};
+
+/// The qualified names of keel's built-in tools.
 pub fn builtin_tool_names() -> Vec<String> {
-    keel_tools::Registry::builtin().names().map(String::from).collect()
+    keel_tools::builtin_descriptors().into_iter().map(|d| d.name).collect()
 }

@@ -91,7 +91,7 @@ impl Runtime {
             };
             turn.status = TurnStatus::Recoverable;
             for item in plan.append.iter().cloned() {
-                if let keel_protocol::Item::FunctionCallOutput { call_id, output } = &item
+                if let keel_protocol::Item::FunctionCallOutput { call_id, output, .. } = &item
                     && let Some(mut call) = ledger.iter().find(|c| &c.call_id == call_id).cloned()
                 {
                     call.status = ToolCallStatus::Interrupted;

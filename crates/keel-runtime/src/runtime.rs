@@ -34,7 +34,12 @@ pub(crate) struct Inner {
     pub store: Arc<dyn Store>,
     pub bundles: Vec<Bundle>,
     pub providers: ProviderSet,
+    /// Built-in tools (run in the sandboxed runner) and the embedder's.
     pub tools: Registry,
+    pub runner: keel_runner::RunnerPool,
+    pub mcp: crate::mcp::McpTools,
+    pub images: crate::images::ImageStore,
+    pub state_dir: std::path::PathBuf,
     pub model_override: Option<String>,
     pub default_limits: TurnLimits,
     pub sessions: Mutex<HashMap<String, Arc<SessionSlot>>>,
@@ -62,7 +67,11 @@ impl Runtime {
     pub async fn open(config: RuntimeConfig) -> Result<Runtime> {
         state_dir::ensure(&config.state_dir)?;
         let lock = state_dir::lock(&config.state_dir)?;
-        let mut tools = Registry::builtin();
+        let runner = keel_runner::RunnerPool::new(config.runner.clone(), config.runner_idle);
+        let mut tools = Registry::default();
+        for tool in crate::tools::RunnerTool::all(&runner, config.state_dir.join("scratch")) {
+            tools.register(tool);
+        }
         for tool in &config.extra_tools {
             tools.register(tool.clone());
         }
@@ -76,6 +85,8 @@ impl Runtime {
         }
         let bundles = config.bundles.iter().map(|dir| Bundle::load(dir)).collect::<Result<Vec<_>>>()?;
         check_unique_coworkers(&bundles)?;
+        let mcp = crate::mcp::McpTools::start(&bundles)?;
+        let state_dir = config.state_dir.canonicalize().unwrap_or_else(|_| config.state_dir.clone());
         let dir = config.state_dir.clone();
         let store = tokio::task::spawn_blocking(move || SqliteStore::open(&dir))
             .await
@@ -97,6 +108,10 @@ impl Runtime {
                 bundles,
                 providers: config.providers,
                 tools,
+                runner,
+                mcp,
+                images: Default::default(),
+                state_dir,
                 model_override: config.model_override,
                 default_limits: config.default_limits,
                 sessions: Mutex::new(sessions),
@@ -165,16 +180,12 @@ impl Runtime {
             return Err(RuntimeError::InvalidParams("name must not be empty".into()));
         }
         let (bundle, mut spec) = self.find_coworker(&params.coworker)?;
-        spec.pin_tools(&self.inner.tools);
-        for tool in &spec.tools {
-            if self.inner.tools.get(tool).is_none() {
-                return Err(RuntimeError::Config(format!(
-                    "coworker {:?} lists the tool {tool:?}, which keel does not have; known tools: {}",
-                    params.coworker,
-                    self.inner.tools.names().collect::<Vec<_>>().join(", ")
-                )));
-            }
+        if spec.tools.iter().any(|entry| self.inner.mcp.is_server(keel_tools::split_qualified(entry).0)) {
+            // Pin what the MCP servers offer once they have had their chance
+            // to start, not an empty list from a server still starting.
+            self.inner.mcp.settled().await;
         }
+        self.pin_tools(&mut spec)?;
         for model in std::iter::once(&spec.model).chain(&spec.fallback_models) {
             self.inner.providers.resolve(model)?;
         }
@@ -187,6 +198,12 @@ impl Runtime {
         })?;
         if !workspace.is_dir() {
             return Err(RuntimeError::InvalidParams(format!("workspace {:?} is not a folder", params.workspace)));
+        }
+        if self.inner.state_dir.starts_with(&workspace) {
+            return Err(RuntimeError::InvalidParams(format!(
+                "workspace {:?} contains keel's state directory (its journal and access token); choose a folder that does not",
+                params.workspace
+            )));
         }
         let now = now_ms();
         let info = SessionInfo {
@@ -237,7 +254,7 @@ impl Runtime {
         }
         let coworker = slot.state().info.coworker;
         let (bundle, mut spec) = self.find_coworker(&coworker)?;
-        spec.pin_tools(&self.inner.tools);
+        self.pin_tools(&mut spec)?;
         let digest = spec.digest();
         let pinned = Arc::new(serde_json::to_value(&spec).unwrap_or_default());
         let root = bundle.root.display().to_string();
@@ -455,6 +472,20 @@ impl Runtime {
         self.inner.shutdown.cancel();
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
+        self.inner.runner.stop_all();
+        self.inner.mcp.shutdown().await;
+    }
+
+    /// The MCP servers and how they are, once each has had its chance to
+    /// start (for `keel doctor`).
+    pub async fn mcp_servers(&self) -> Vec<keel_mcp::ServerStatus> {
+        self.inner.mcp.settled().await;
+        self.inner.mcp.status()
+    }
+
+    /// Runner processes alive and idle.
+    pub fn idle_runners(&self) -> usize {
+        self.inner.runner.idle_runners()
     }
 }
 

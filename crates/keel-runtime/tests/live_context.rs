@@ -8,19 +8,23 @@ mod support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use keel_protocol::ToolSpec;
 use keel_provider::{OpenAiChat, OpenAiChatConfig};
 use keel_runtime::{ProviderSet, Runtime, RuntimeConfig};
 use keel_testkit::{MockServer, Reply};
-use keel_tools::{BoxFuture, Tool, ToolContext, ToolOutput};
+use keel_tools::{BoxFuture, Tool, ToolContext, ToolDescriptor, ToolOutput};
 use serde_json::{Value, json};
 
 /// Connected for the first request only.
 struct Account(Arc<AtomicUsize>);
 
 impl Tool for Account {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec { name: "account".into(), description: "test".into(), parameters: json!({"type": "object"}) }
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor {
+            name: "crm.account".into(),
+            description: "test".into(),
+            version: "1".into(),
+            input_schema: json!({"type": "object"}),
+        }
     }
 
     fn call<'a>(&'a self, _: &'a ToolContext, _: Value) -> BoxFuture<'a, ToolOutput> {
@@ -43,7 +47,7 @@ async fn live_context_is_fresh_on_each_retry_and_stays_out_of_history() {
     std::fs::create_dir_all(&bundle).unwrap();
     std::fs::write(
         bundle.join("keel.toml"),
-        "[coworkers.c]\nmodel = \"openai-chat:m\"\ninstructions = \"Base instructions.\"\ntools = [\"account\"]\n",
+        "[coworkers.c]\nmodel = \"openai-chat:m\"\ninstructions = \"Base instructions.\"\ntools = [\"crm.account\"]\n",
     )
     .unwrap();
     let asked = Arc::new(AtomicUsize::new(0));
@@ -63,8 +67,8 @@ async fn live_context_is_fresh_on_each_retry_and_stays_out_of_history() {
         .collect();
     assert_eq!(systems.len(), 2);
     assert!(systems[0].starts_with("Base instructions."));
-    assert!(systems[0].contains(r#""account":{"connected":true}"#), "{}", systems[0]);
-    assert!(systems[1].contains(r#""account":{"connected":false}"#), "{}", systems[1]);
+    assert!(systems[0].contains(r#""crm__account":{"connected":true}"#), "{}", systems[0]);
+    assert!(systems[1].contains(r#""crm__account":{"connected":false}"#), "{}", systems[1]);
     assert_eq!(asked.load(Ordering::SeqCst), 2);
     let snapshot = runtime.snapshot(&session.id).await.unwrap();
     assert_eq!(snapshot.history.len(), 2);

@@ -8,22 +8,22 @@ mod support;
 use std::path::Path;
 use std::sync::Arc;
 
-use keel_protocol::ToolSpec;
 use keel_provider::{OpenAiChat, OpenAiChatConfig};
 use keel_runtime::{ProviderSet, Runtime, RuntimeConfig};
 use keel_testkit::{MockServer, Reply};
-use keel_tools::{BoxFuture, Tool, ToolContext, ToolOutput};
+use keel_tools::{BoxFuture, Tool, ToolContext, ToolDescriptor, ToolOutput};
 use serde_json::{Value, json};
 
 /// A tool whose schema has a version number in it.
 struct Versioned(u32);
 
 impl Tool for Versioned {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "versioned".into(),
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor {
+            name: "test.versioned".into(),
             description: format!("version {}", self.0),
-            parameters: json!({"type": "object"}),
+            version: "1".into(),
+            input_schema: json!({"type": "object"}),
         }
     }
 
@@ -37,7 +37,7 @@ fn write_bundle(dir: &Path, instructions: &str) {
     std::fs::write(
         dir.join("keel.toml"),
         format!(
-            "[coworkers.c]\nmodel = \"openai-chat:m\"\ninstructions = \"{instructions}\"\ntools = [\"versioned\"]\n"
+            "[coworkers.c]\nmodel = \"openai-chat:m\"\ninstructions = \"{instructions}\"\ntools = [\"test.versioned\"]\n"
         ),
     )
     .unwrap();

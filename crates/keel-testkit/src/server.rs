@@ -178,6 +178,20 @@ impl MockServer {
         self.state.request_count.load(Ordering::Relaxed)
     }
 
+    /// Waits until at least `n` requests arrived, for up to 30 s. A test that
+    /// acts on a request in flight (interrupts it, kills keel) waits here
+    /// first: `model_attempt_started` is journaled before the request is sent.
+    pub async fn wait_for_requests(&self, n: u64) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while self.request_count() < n {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!("only {} of {n} requests arrived", self.request_count()));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
+    }
+
     /// How many TCP connections were accepted: with keep-alive working, far
     /// fewer than [`MockServer::request_count`].
     pub fn connection_count(&self) -> u64 {

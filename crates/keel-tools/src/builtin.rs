@@ -1,10 +1,64 @@
-//! The built-in workspace tools: `read_file`, `write_file`, `list_dir`.
+//! The built-in workspace tools `fs.read_file`, `fs.write_file` and
+//! `fs.list_dir`, the list of every built-in file tool, and the descriptor
+//! of `shell.run` (whose implementation lives in `keel-runner`, the only
+//! place commands run).
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::workspace::resolve;
-use crate::{BoxFuture, Tool, ToolContext, ToolOutput, ToolSpec};
+use std::sync::Arc;
+
+use crate::{BoxFuture, Tool, ToolContext, ToolDescriptor, ToolImage, ToolOutput};
+
+/// Largest image `read_file` returns as an image.
+pub const IMAGE_LIMIT: usize = 5 * 1024 * 1024;
+
+/// Every built-in file tool.
+pub fn file_tools() -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(ReadFile),
+        Arc::new(WriteFile),
+        Arc::new(ListDir),
+        Arc::new(crate::search::EditFile),
+        Arc::new(crate::search::Glob),
+        Arc::new(crate::search::Grep),
+    ]
+}
+
+/// The descriptor of `shell.run`.
+pub fn shell_descriptor() -> ToolDescriptor {
+    ToolDescriptor {
+        name: "shell.run".into(),
+        description: "Run a shell command (sh -c) in the workspace and return its exit code, stdout and stderr. \
+                      The command runs sandboxed: only the workspace is writable, and the network is off unless \
+                      the coworker's policy allows it."
+            .into(),
+        version: "1".into(),
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "The command line, run with sh -c"},
+                "workdir": {"type": "string", "description": "Folder to run in, relative to the workspace; default the workspace"},
+                "timeout_secs": {"type": "integer", "minimum": 1, "description": "Stop the command after this many seconds"}
+            },
+            "required": ["command"],
+            "additionalProperties": false
+        }),
+    }
+}
+
+/// The image type of a file name, for files `read_file` returns as images.
+fn image_type(path: &std::path::Path) -> Option<&'static str> {
+    let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+    Some(match ext.as_str() {
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        _ => return None,
+    })
+}
 
 /// Largest file `read_file` returns whole; longer files are cut with a note.
 pub const READ_LIMIT: usize = 256 * 1024;
@@ -43,11 +97,12 @@ struct WriteArgs {
 pub struct ReadFile;
 
 impl Tool for ReadFile {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "read_file".into(),
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor {
+            name: "fs.read_file".into(),
+            version: "1".into(),
             description: "Read a text file from the workspace. Paths are relative to the workspace.".into(),
-            parameters: json!({
+            input_schema: json!({
                 "type": "object",
                 "properties": {"path": {"type": "string", "description": "File path relative to the workspace"}},
                 "required": ["path"],
@@ -63,6 +118,11 @@ impl Tool for ReadFile {
                 Err(output) => return output,
             };
             match tokio::fs::read(&path).await {
+                Ok(bytes) if image_type(&path).is_some() && bytes.len() <= IMAGE_LIMIT => {
+                    let mime_type = image_type(&path).unwrap_or_default().to_string();
+                    let text = format!("{} is an image ({mime_type}, {} bytes), attached", args.path, bytes.len());
+                    ToolOutput { images: vec![ToolImage { mime_type, data: bytes }], ..ToolOutput::ok(text) }
+                }
                 Ok(bytes) => {
                     let cut = bytes.len() > READ_LIMIT;
                     let shown = &bytes[..bytes.len().min(READ_LIMIT)];
@@ -82,11 +142,12 @@ impl Tool for ReadFile {
 pub struct WriteFile;
 
 impl Tool for WriteFile {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "write_file".into(),
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor {
+            name: "fs.write_file".into(),
+            version: "1".into(),
             description: "Create or overwrite a text file in the workspace. Parent folders are created.".into(),
-            parameters: json!({
+            input_schema: json!({
                 "type": "object",
                 "properties": {
                     "path": {"type": "string", "description": "File path relative to the workspace"},
@@ -121,11 +182,12 @@ impl Tool for WriteFile {
 pub struct ListDir;
 
 impl Tool for ListDir {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "list_dir".into(),
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor {
+            name: "fs.list_dir".into(),
+            version: "1".into(),
             description: "List the entries of a folder in the workspace. Folders end with '/'.".into(),
-            parameters: json!({
+            input_schema: json!({
                 "type": "object",
                 "properties": {"path": {"type": "string", "description": "Folder path relative to the workspace; '.' is the workspace itself"}},
                 "required": ["path"],
@@ -179,7 +241,7 @@ mod tests {
     fn context() -> (tempfile::TempDir, ToolContext) {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let workspace = dir.path().to_path_buf();
-        (dir, ToolContext { workspace })
+        (dir, ToolContext::new("s", workspace))
     }
 
     #[tokio::test]

@@ -14,7 +14,7 @@
 //!    of rule 1 alone, and [`NameTable`] refuses the (astronomically rare)
 //!    hash collision instead of shadowing a tool.
 //!
-//! Built-in tools are keel's own and keep their bare names (`read_file`).
+//! Built-in tools follow the same rule: `fs.read_file` is `fs__read_file`.
 
 use std::collections::BTreeMap;
 

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::builtin::parse_path;
-use crate::{BoxFuture, Tool, ToolContext, ToolOutput, ToolSpec};
+use crate::{BoxFuture, Tool, ToolContext, ToolDescriptor, ToolOutput};
 
 /// Most paths `glob` returns and most lines `grep` returns.
 pub const MATCH_LIMIT: usize = 500;
@@ -33,13 +33,14 @@ struct EditArgs {
 pub struct EditFile;
 
 impl Tool for EditFile {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "edit_file".into(),
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor {
+            name: "fs.edit_file".into(),
+            version: "1".into(),
             description:
                 "Replace exact text in a workspace file. old_text must occur exactly once unless replace_all is true."
                     .into(),
-            parameters: json!({
+            input_schema: json!({
                 "type": "object",
                 "properties": {
                     "path": {"type": "string", "description": "File path relative to the workspace"},
@@ -98,11 +99,12 @@ struct GlobArgs {
 pub struct Glob;
 
 impl Tool for Glob {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "glob".into(),
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor {
+            name: "fs.glob".into(),
+            version: "1".into(),
             description: "List workspace files matching a glob pattern: * and ? match within a name, ** matches any folders. Example: src/**/*.rs".into(),
-            parameters: json!({
+            input_schema: json!({
                 "type": "object",
                 "properties": {"pattern": {"type": "string", "description": "Glob pattern relative to the workspace"}},
                 "required": ["pattern"],
@@ -152,12 +154,13 @@ struct GrepArgs {
 pub struct Grep;
 
 impl Tool for Grep {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "grep".into(),
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor {
+            name: "fs.grep".into(),
+            version: "1".into(),
             description: "Search workspace text files for a regular expression; prints path:line: text for each match."
                 .into(),
-            parameters: json!({
+            input_schema: json!({
                 "type": "object",
                 "properties": {
                     "pattern": {"type": "string", "description": "A regular expression (Rust regex syntax)"},
@@ -293,7 +296,7 @@ mod tests {
         std::fs::write(workspace.join("src/a.rs"), "fn main() {}\n// TODO one\n").unwrap_or_else(|e| panic!("{e}"));
         std::fs::write(workspace.join("src/deep/b.rs"), "// TODO two\n").unwrap_or_else(|e| panic!("{e}"));
         std::fs::write(workspace.join("notes.txt"), "x x\n").unwrap_or_else(|e| panic!("{e}"));
-        (dir, ToolContext { workspace })
+        (dir, ToolContext::new("s", workspace))
     }
 
     #[test]

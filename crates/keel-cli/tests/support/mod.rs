@@ -225,3 +225,11 @@ impl Client {
         bail!("turn never became {status}")
     }
 }
+
+/// `<dir>/workspace`, created: a workspace beside (not around) the state
+/// directory, which keel refuses to put inside a workspace.
+pub fn workspace(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    let ws = dir.path().join("workspace");
+    std::fs::create_dir_all(&ws).unwrap();
+    ws
+}

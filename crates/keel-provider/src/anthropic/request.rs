@@ -4,10 +4,12 @@
 //! are written on it. The body adds the model, the tools (`input_schema`
 //! instead of `parameters`) and `max_tokens`, which the API requires.
 
-use keel_protocol::{Item, Role};
+use std::collections::BTreeMap;
+
+use keel_protocol::{ImageRef, Item, Role};
 use serde_json::{Map, Value, json};
 
-use crate::ModelRequest;
+use crate::{ImageData, ModelRequest, images};
 
 /// The `system` prompt and the `messages` of a Messages request.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,7 +24,8 @@ pub struct AnthropicMessages {
 /// The JSON body of a streaming `POST /v1/messages`. `default_max_tokens`
 /// applies when the request sets no output limit.
 pub fn request_body(request: &ModelRequest, default_max_tokens: u32) -> Value {
-    let AnthropicMessages { system, messages } = to_anthropic_messages(&request.instructions, &request.items);
+    let AnthropicMessages { system, messages } =
+        to_anthropic_messages(&request.instructions, &request.items, &request.images);
     let mut body = Map::new();
     body.insert("model".into(), Value::String(request.model.clone()));
     if !system.is_empty() {
@@ -56,12 +59,20 @@ pub fn request_body(request: &ModelRequest, default_max_tokens: u32) -> Value {
 ///   are sent as `{"_invalid_arguments": "<raw text>"}`; empty arguments
 ///   as `{}`.
 /// - A `function_call_output` becomes a `tool_result` block of the user.
+///   Its `content` is the output text; when it has images it may show (those
+///   in `images`), a list of a `text` block and one base64 `image` block per
+///   image instead. Images it may not show become placeholder lines of the
+///   text.
 /// - Adjacent blocks of the same role merge into one message, because the
 ///   API requires user and assistant to alternate: an assistant text and
 ///   the calls after it form one message, parallel results form one user
 ///   message. Within a user message, tool results go before text, as the
 ///   API also requires.
-pub fn to_anthropic_messages(instructions: &str, items: &[Item]) -> AnthropicMessages {
+pub fn to_anthropic_messages(
+    instructions: &str,
+    items: &[Item],
+    images: &BTreeMap<String, ImageData>,
+) -> AnthropicMessages {
     let mut system = instructions.to_owned();
     let mut messages: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for item in items {
@@ -89,14 +100,8 @@ pub fn to_anthropic_messages(instructions: &str, items: &[Item]) -> AnthropicMes
             Item::FunctionCall { call_id, name, arguments } => {
                 ("assistant", json!({"type": "tool_use", "id": call_id, "name": name, "input": tool_input(arguments)}))
             }
-            Item::FunctionCallOutput { call_id, output } => {
-                let mut block = json!({"type": "tool_result", "tool_use_id": call_id});
-                // An empty string would become an empty text block, which
-                // the API rejects; no content means "no output" just as well.
-                if !output.is_empty() {
-                    block["content"] = Value::String(output.clone());
-                }
-                ("user", block)
+            Item::FunctionCallOutput { call_id, output, images: refs } => {
+                ("user", tool_result(call_id, output, refs, images))
             }
         };
         match messages.last_mut() {
@@ -113,6 +118,31 @@ pub fn to_anthropic_messages(instructions: &str, items: &[Item]) -> AnthropicMes
     }
     let messages = messages.into_iter().map(|(role, content)| json!({"role": role, "content": content})).collect();
     AnthropicMessages { system, messages }
+}
+
+/// A `tool_result` block: `content` is the text alone when there is no image
+/// to show, else a `text` block and the `image` blocks.
+fn tool_result(call_id: &str, output: &str, refs: &[ImageRef], available: &BTreeMap<String, ImageData>) -> Value {
+    let images::ToolOutput { text, attached } = images::tool_output(output, refs, available);
+    let mut block = json!({"type": "tool_result", "tool_use_id": call_id});
+    if attached.is_empty() {
+        // An empty string would become an empty text block, which the API
+        // rejects; no content means "no output" just as well.
+        if !text.is_empty() {
+            block["content"] = Value::String(text.into_owned());
+        }
+        return block;
+    }
+    // Likewise, no empty text block before the images.
+    let text_block = (!text.is_empty()).then(|| json!({"type": "text", "text": text}));
+    let image_blocks = attached.into_iter().map(|image| {
+        json!({
+            "type": "image",
+            "source": {"type": "base64", "media_type": image.mime_type, "data": images::base64_data(image)},
+        })
+    });
+    block["content"] = Value::Array(text_block.into_iter().chain(image_blocks).collect());
+    block
 }
 
 fn is_tool_result(block: &Value) -> bool {

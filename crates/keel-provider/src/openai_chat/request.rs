@@ -4,11 +4,22 @@
 //! item of its own; Chat Completions instead hangs tool calls off an
 //! assistant message and answers them with `tool` messages. All of that
 //! translation happens in [`to_chat_messages`].
+//!
+//! Images a tool returned do not go into its `tool` message: most servers
+//! speaking Chat Completions (and OpenAI's own reference) take text only
+//! there. They follow the run of `tool` messages instead, in one `user`
+//! message of `image_url` parts labelled by call id, since the `tool`
+//! messages must directly follow the assistant message that made the calls.
+//! The `tool` message keeps the output text, plus a placeholder for each
+//! image that may not be shown, so an output without images is sent exactly
+//! as before.
+
+use std::collections::BTreeMap;
 
 use keel_protocol::{Item, Role};
 use serde_json::{Map, Value, json};
 
-use crate::ModelRequest;
+use crate::{ImageData, ModelRequest, images};
 
 /// Which field carries the output token limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +45,10 @@ impl MaxTokensField {
 pub fn request_body(request: &ModelRequest, max_tokens_field: MaxTokensField) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), Value::String(request.model.clone()));
-    body.insert("messages".into(), Value::Array(to_chat_messages(&request.instructions, &request.items)));
+    body.insert(
+        "messages".into(),
+        Value::Array(to_chat_messages(&request.instructions, &request.items, &request.images)),
+    );
     body.insert("stream".into(), Value::Bool(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
     if !request.tools.is_empty() {
@@ -70,8 +84,11 @@ pub fn request_body(request: &ModelRequest, max_tokens_field: MaxTokensField) ->
 /// - Consecutive `function_call` items become one assistant message with
 ///   `tool_calls`, merged into the assistant text message right before them
 ///   when there is one, because that is how the model produced them.
-/// - A `function_call_output` becomes a `tool` message.
-pub fn to_chat_messages(instructions: &str, items: &[Item]) -> Vec<Value> {
+/// - A `function_call_output` becomes a `tool` message. The images it may
+///   show (those in `images`) go into one `user` message after the last of
+///   the consecutive outputs: a text part naming the call, then its images
+///   as `image_url` data URLs, for each output with images.
+pub fn to_chat_messages(instructions: &str, items: &[Item], images: &BTreeMap<String, ImageData>) -> Vec<Value> {
     let mut messages = Vec::with_capacity(items.len() + 1);
     if !instructions.is_empty() {
         messages.push(json!({"role": "system", "content": instructions}));
@@ -79,7 +96,12 @@ pub fn to_chat_messages(instructions: &str, items: &[Item]) -> Vec<Value> {
     // Whether the last message pushed may still receive tool calls: it is an
     // assistant message made from the previous item.
     let mut open_assistant = false;
+    // The image parts of the current run of tool outputs, sent after it.
+    let mut image_parts: Vec<Value> = Vec::new();
     for item in items {
+        if !matches!(item, Item::FunctionCallOutput { .. }) {
+            flush_image_parts(&mut messages, &mut image_parts);
+        }
         match item {
             Item::Message { role, content, .. } => {
                 let text: String = content.iter().map(|part| part.text()).collect();
@@ -110,13 +132,31 @@ pub fn to_chat_messages(instructions: &str, items: &[Item]) -> Vec<Value> {
                     }
                 }
             }
-            Item::FunctionCallOutput { call_id, output } => {
-                messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
+            Item::FunctionCallOutput { call_id, output, images: refs } => {
+                let images::ToolOutput { text, attached } = images::tool_output(output, refs, images);
+                messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": text}));
+                if !attached.is_empty() {
+                    let label = format!("Images returned by tool call {call_id}:");
+                    image_parts.push(json!({"type": "text", "text": label}));
+                    image_parts.extend(
+                        attached
+                            .into_iter()
+                            .map(|image| json!({"type": "image_url", "image_url": {"url": images::data_url(image)}})),
+                    );
+                }
                 open_assistant = false;
             }
         }
     }
+    flush_image_parts(&mut messages, &mut image_parts);
     messages
+}
+
+/// Sends the collected tool images, if any, as one `user` message.
+fn flush_image_parts(messages: &mut Vec<Value>, image_parts: &mut Vec<Value>) {
+    if !image_parts.is_empty() {
+        messages.push(json!({"role": "user", "content": std::mem::take(image_parts)}));
+    }
 }
 
 #[cfg(test)]

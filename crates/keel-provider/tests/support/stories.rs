@@ -96,7 +96,7 @@ pub async fn agent_loop_round_trip(provider: &dyn ModelProvider) -> anyhow::Resu
     assert_eq!(first.items, vec![call("call_1", "write_file", r#"{"path":"x"}"#)]);
     let mut request = ask("m", "write x");
     request.items.extend(first.items);
-    request.items.push(Item::FunctionCallOutput { call_id: "call_1".into(), output: "ok".into() });
+    request.items.push(Item::FunctionCallOutput { call_id: "call_1".into(), output: "ok".into(), images: Vec::new() });
     let second = run(provider, &request).await.0?;
     assert_eq!((second.items, second.finish), (vec![Item::assistant_text("Done.")], FinishReason::Stop));
     Ok(())

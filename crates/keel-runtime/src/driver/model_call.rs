@@ -156,8 +156,9 @@ impl TurnRun<'_> {
             model: model.model.clone(),
             instructions: self.live_instructions(),
             items: self.history.clone(),
-            tools: self.tools.clone(),
+            tools: self.tools.specs.clone(),
             max_output_tokens: self.max_output_tokens,
+            images: self.visible_images(),
         };
         self.slot
             .transact(self.runtime.store(), |state, change| {
@@ -221,13 +222,7 @@ impl TurnRun<'_> {
     /// The instructions with the tools' live context, asked for afresh on
     /// every attempt and never written to history.
     fn live_instructions(&self) -> String {
-        let mut live = serde_json::Map::new();
-        for spec in &self.tools {
-            if let Some(context) = self.runtime.inner.tools.get(&spec.name).and_then(|t| t.model_context(&self.slot.id))
-            {
-                live.insert(spec.name.clone(), context);
-            }
-        }
+        let live = self.tools.live_context(&self.slot.id);
         if live.is_empty() {
             return self.instructions.clone();
         }
@@ -236,6 +231,37 @@ impl TurnRun<'_> {
             self.instructions,
             serde_json::Value::Object(live)
         )
+    }
+
+    /// The images the model may see in this request: those still in the
+    /// ephemeral store whose tool allows showing them now (asked afresh on
+    /// every attempt). The rest go out as placeholders.
+    fn visible_images(&self) -> std::collections::BTreeMap<String, keel_provider::ImageData> {
+        let mut visible = std::collections::BTreeMap::new();
+        let mut tool_of_call = std::collections::HashMap::new();
+        for item in &self.history {
+            match item {
+                Item::FunctionCall { call_id, name, .. } => {
+                    tool_of_call.insert(call_id.as_str(), name.as_str());
+                }
+                Item::FunctionCallOutput { call_id, images, .. } if !images.is_empty() => {
+                    let allowed = tool_of_call
+                        .get(call_id.as_str())
+                        .and_then(|name| self.tools.by_name.get(*name))
+                        .is_some_and(|bound| bound.tool.images_allowed(&self.slot.id));
+                    if !allowed {
+                        continue;
+                    }
+                    for image in images {
+                        if let Some(data) = self.runtime.inner.images.get(&self.slot.id, &image.id) {
+                            visible.insert(image.id.clone(), data);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        visible
     }
 
     /// The cost of `usage` under the coworker's price for the current model.

@@ -8,7 +8,10 @@ use keel_runtime::{BusMessage, NewSession, Runtime};
 use serde_json::Value;
 
 /// An attended session of coworker `c` working in `workspace`.
-pub async fn session(runtime: &Runtime, workspace: &std::path::Path) -> SessionInfo {
+/// A session of coworker `c` whose workspace is `<dir>/ws`.
+pub async fn session(runtime: &Runtime, dir: &std::path::Path) -> SessionInfo {
+    let workspace = dir.join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
     runtime
         .create_session(NewSession {
             name: "s".into(),
