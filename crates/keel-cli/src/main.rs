@@ -35,6 +35,9 @@ enum Command {
     Events(cmd::inspect::EventsArgs),
     /// Check a bundle and report every problem with file, line and a fix.
     Validate(cmd::validate::Args),
+    /// Check this machine: the sandbox, the local model, and the MCP
+    /// servers of the given bundles.
+    Doctor(cmd::doctor::Args),
 }
 
 /// mimalloc: the turn loop allocates many small, short-lived JSON values and
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
             Command::Show(args) => cmd::inspect::show(state, args).await,
             Command::Events(args) => cmd::inspect::events(state, args).await,
             Command::Validate(args) => cmd::validate::run(args),
+            Command::Doctor(args) => cmd::doctor::run(args).await,
         }
     });
     match result {

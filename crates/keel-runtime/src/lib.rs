@@ -19,7 +19,7 @@ pub mod error;
 pub mod events;
 pub mod images;
 pub mod inspect;
-mod mcp;
+pub mod mcp;
 pub mod metrics;
 mod recovery;
 pub mod retry;

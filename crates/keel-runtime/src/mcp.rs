@@ -19,6 +19,7 @@ use crate::bundle::{Bundle, McpServerSpec};
 use crate::error::{Result, RuntimeError};
 
 /// The runtime's MCP servers.
+/// The runtime's MCP servers (crate-internal handle).
 pub(crate) struct McpTools {
     hub: McpHub,
     servers: BTreeMap<String, McpServerSpec>,
@@ -92,6 +93,16 @@ impl McpTools {
     pub(crate) async fn shutdown(&self) {
         self.hub.shutdown().await;
     }
+}
+
+/// Starts the MCP servers of `bundles`, waits until each is ready or has
+/// failed once, and reports them (for `keel doctor`). Stops them after.
+pub async fn check_servers(bundles: &[Bundle]) -> Result<Vec<ServerStatus>> {
+    let tools = McpTools::start(bundles)?;
+    tools.settled().await;
+    let status = tools.status();
+    tools.shutdown().await;
+    Ok(status)
 }
 
 fn config(name: &str, spec: &McpServerSpec) -> McpServerConfig {
