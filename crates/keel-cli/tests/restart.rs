@@ -139,3 +139,59 @@ async fn sigterm_interrupts_running_turns_and_a_second_keel_cannot_share_the_sta
         db.query_row("SELECT data FROM events WHERE kind = 'turn_interrupted'", [], |r| r.get(0)).unwrap();
     assert!(data.contains("\"shutdown\""), "{data}");
 }
+
+#[tokio::test]
+async fn a_kill_during_a_command_takes_the_command_down_and_recovery_does_not_rerun_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let state = dir.path().join("state");
+    let bundle = dir.path().join("bundle");
+    std::fs::create_dir_all(&bundle).unwrap();
+    std::fs::write(
+        bundle.join("keel.toml"),
+        "[coworkers.w]\nmodel = \"openai-chat:m\"\ninstructions = \"x\"\ntools = [\"shell.run\"]\n",
+    )
+    .unwrap();
+    let mock = MockServer::start().await.unwrap();
+    let command = "echo run >> runs.txt; sleep 300 # killed-keel-marker-33e";
+    mock.push(Reply::tool_call("c1", "shell__run", json!({ "command": command }).to_string()));
+    let keel = Keel::start_with(&state, &mock.base_url(), &bundle, &[]).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let created = client.ok("session/create", json!({"name": "k", "coworker": "w", "workspace": ws})).await.unwrap();
+    let session = created["session"]["id"].as_str().unwrap().to_string();
+    client.ok("events/subscribe", json!({"session_id": session})).await.unwrap();
+    client.ok("turn/start", json!({"session_id": session, "submission_id": "s1", "text": "go"})).await.unwrap();
+    client.events_until("tool_call_started").await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !ws.join("runs.txt").exists() {
+        assert!(std::time::Instant::now() < deadline, "the command never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    keel.kill();
+    // The runner, the command's init and the command die with keel.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while marked("killed-keel-marker-33e") > 0 {
+        assert!(std::time::Instant::now() < deadline, "the command outlived keel");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // After the restart the call is interrupted, not run again.
+    let keel = Keel::start_with(&state, &mock.base_url(), &bundle, &[]).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let after = client.ok("session/get", json!({"session_id": session})).await.unwrap();
+    assert_eq!(after["turn"]["status"], "recoverable");
+    mock.push(Reply::text("noted"));
+    client.ok("events/subscribe", json!({"session_id": session})).await.unwrap();
+    client.ok("turn/resume", json!({"session_id": session})).await.unwrap();
+    let events = client.events_until("turn_finished").await.unwrap();
+    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+    assert_eq!(std::fs::read_to_string(ws.join("runs.txt")).unwrap(), "run\n", "ran exactly once");
+}
+
+fn marked(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker)))
+        .count()
+}

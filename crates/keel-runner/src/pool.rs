@@ -134,6 +134,9 @@ impl RunnerPool {
         Ok(answer)
     }
 
+    /// Starts a runner. It asks the kernel to kill it when the thread that
+    /// spawned it exits; that is a Tokio worker thread, which lives as long
+    /// as the runtime, so in effect the runner dies with keel.
     async fn spawn(&self, policy: &SandboxPolicy) -> Result<Runner, RunnerError> {
         let command = &self.inner.command;
         let spawn_failed =

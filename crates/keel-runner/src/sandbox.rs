@@ -78,12 +78,30 @@ pub fn confine_process(policy: &SandboxPolicy) -> Result<Confinement, String> {
     }
     namespaces(policy.network)?;
     limits(policy)?;
+    die_with_keel()?;
     Ok(Confinement {
         filesystem: String::new(),
         network: if policy.network { "allowed" } else { "isolated" }.into(),
         processes: if pid_max_per_namespace() { "pid-namespace+pid_max" } else { "pid-namespace+rlimit" }.into(),
         environment: "clean".into(),
     })
+}
+
+/// The runner dies with SIGKILL when keel does (and its commands with it):
+/// set after the namespaces, since changing credentials clears the setting.
+fn die_with_keel() -> Result<(), String> {
+    // SAFETY: prctl and getppid with integer arguments.
+    unsafe {
+        let parent = libc::getppid();
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+            return Err(errno("cannot tie the runner's life to keel's"));
+        }
+        // Keel died before the setting took effect.
+        if libc::getppid() != parent {
+            return Err("keel exited while the runner started".into());
+        }
+    }
+    Ok(())
 }
 
 fn namespaces(network: bool) -> Result<(), String> {
