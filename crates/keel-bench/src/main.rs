@@ -12,6 +12,7 @@
 //! journaling, tool execution, history assembly, request encoding.
 
 mod parse;
+mod tools;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -58,6 +59,12 @@ enum Bench {
         #[arg(long, default_value = "smollm2")]
         model: String,
     },
+    /// Tool-call overhead: runner spawn and reuse, a sandboxed command, an
+    /// MCP call to the reference server.
+    Tools {
+        #[arg(long, default_value_t = 1000)]
+        calls: usize,
+    },
     /// Internal: open a state directory and report memory (used by `idle`).
     #[command(hide = true)]
     Load { state: PathBuf },
@@ -78,6 +85,7 @@ fn main() -> Result<()> {
             Some(Bench::Idle { sessions }) => idle_bench(sessions).await,
             Some(Bench::Load { state }) => load(&state).await,
             Some(Bench::Parse { requests }) => parse::bench(requests).await,
+            Some(Bench::Tools { calls }) => tools::bench(calls).await,
             #[cfg(feature = "local")]
             Some(Bench::Local { model }) => parse::local(&model).await,
             None => {
@@ -85,6 +93,7 @@ fn main() -> Result<()> {
                 turns_bench(1, 50).await?;
                 turns_bench(200, 10).await?;
                 parse::bench(200).await?;
+                tools::bench(1000).await?;
                 idle_bench(10_000).await
             }
         }

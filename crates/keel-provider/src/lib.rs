@@ -7,7 +7,10 @@
 //! ([`openai_chat`], [`openai_responses`], [`anthropic`]) only maps keel's
 //! history [`Item`]s to its wire format and decodes its events back, in one
 //! place. Every failure is classified into a [`FailureKind`] so the runtime can
-//! decide what to retry without looking at provider-specific text.
+//! decide what to retry without looking at provider-specific text. Tool-result
+//! images are split into the ones to attach and text placeholders for the
+//! rest the same way for every adapter, in `images`; each adapter only puts
+//! them into its wire format.
 
 pub mod anthropic;
 mod decoding;
