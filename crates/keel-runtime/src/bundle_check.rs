@@ -109,7 +109,7 @@ pub fn validate(dir: &Path, providers: &[String], tools: &[String]) -> Vec<Probl
         for (key, paths) in [("read", &spec.resources.read), ("write", &spec.resources.write)] {
             for path in paths.iter().filter(|p| !p.is_absolute()) {
                 problems.push(problem(
-                    key_line(&text, id, key),
+                    sub_key_line(&text, id, "resources", key),
                     format!("coworker {id:?}: resources.{key} holds the relative path {path:?}"),
                     "write absolute paths; the workspace itself needs no entry".into(),
                 ));
@@ -118,7 +118,7 @@ pub fn validate(dir: &Path, providers: &[String], tools: &[String]) -> Vec<Probl
         let shell = &spec.resources.shell;
         if shell.timeout_secs == 0 || shell.max_timeout_secs < shell.timeout_secs {
             problems.push(problem(
-                key_line(&text, id, "timeout_secs"),
+                sub_key_line(&text, id, "resources.shell", "timeout_secs"),
                 format!("coworker {id:?}: shell timeouts must satisfy 0 < timeout_secs <= max_timeout_secs"),
                 "for example timeout_secs = 60 and max_timeout_secs = 600".into(),
             ));
@@ -216,7 +216,19 @@ fn line_at(text: &str, offset: usize) -> usize {
 
 /// The line of `key` inside `[coworkers.<id>]`, or of the table header.
 fn key_line(text: &str, id: &str, key: &str) -> Option<usize> {
-    let headers = [format!("[coworkers.{id}]"), format!("[coworkers.\"{id}\"]")];
+    table_key_line(text, &[format!("[coworkers.{id}]"), format!("[coworkers.\"{id}\"]")], key)
+}
+
+/// The line of `key` in the coworker's subtable `sub` (for example
+/// `resources`), else of `sub` itself in the coworker's table.
+fn sub_key_line(text: &str, id: &str, sub: &str, key: &str) -> Option<usize> {
+    let headers = [format!("[coworkers.{id}.{sub}]"), format!("[coworkers.\"{id}\".{sub}]")];
+    table_key_line(text, &headers, key).or_else(|| key_line(text, id, sub.split('.').next().unwrap_or(sub)))
+}
+
+/// The line of `key` in the table opened by one of `headers`, or of the
+/// header itself; `None` if no such table.
+fn table_key_line(text: &str, headers: &[String], key: &str) -> Option<usize> {
     let lines: Vec<&str> = text.lines().collect();
     let start = lines.iter().position(|l| headers.iter().any(|h| l.trim() == h))?;
     for (offset, line) in lines[start + 1..].iter().enumerate() {
@@ -325,4 +337,57 @@ pub fn schema() -> Value {
         },
         "required": ["coworkers"]
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(toml: &str) -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.path().join(BUNDLE_FILE), toml).unwrap_or_else(|e| panic!("{e}"));
+        let tools = crate::builtin_tool_names();
+        validate(dir.path(), &["openai".to_string()], &tools).iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn tools_resources_and_mcp_servers_are_checked_with_lines_and_fixes() {
+        let found = problems(
+            r#"[coworkers.a]
+model = "openai:m"
+instructions = "x"
+tools = ["read_file", "github.*", "fs.write_file", "docs.search"]
+
+[coworkers.a.resources]
+read = ["relative/dir"]
+
+[mcp_servers.docs]
+url = "ftp://example"
+
+[mcp_servers.fs]
+command = "x"
+url = "http://127.0.0.1:1/mcp"
+"#,
+        );
+        let expect = [
+            ":4: coworker \"a\": unknown tool \"read_file\" (fix: tools are named server.tool: write \"fs.read_file\")",
+            ":4: coworker \"a\": unknown tool \"github.*\" (fix: declare the MCP server with [mcp_servers.github])",
+            ":7: coworker \"a\": resources.read holds the relative path \"relative/dir\"",
+            ":9: MCP server \"docs\": the url \"ftp://example\" is not http(s)",
+            ":12: MCP server \"fs\": the name is taken by keel's built-in tools",
+            ":12: MCP server \"fs\": both command and url are set",
+        ];
+        for e in expect {
+            assert!(found.iter().any(|p| p.contains(e)), "missing {e:?} in {found:#?}");
+        }
+        assert_eq!(found.len(), expect.len(), "{found:#?}");
+    }
+
+    #[test]
+    fn a_good_bundle_with_an_mcp_server_has_no_problems() {
+        let found = problems(
+            "[coworkers.a]\nmodel = \"openai:m\"\ninstructions = \"x\"\ntools = [\"shell.run\", \"gh.*\"]\n\n[mcp_servers.gh]\ncommand = \"npx\"\nargs = [\"-y\", \"server\"]\n",
+        );
+        assert!(found.is_empty(), "{found:#?}");
+    }
 }
