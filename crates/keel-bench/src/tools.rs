@@ -89,11 +89,8 @@ async fn mcp(calls: usize) -> Result<()> {
     }
     let dir = PathBuf::from(String::from_utf8(output.stdout)?.trim());
     let index = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    let server = keel_mcp::McpServerConfig::stdio(
-        "everything",
-        "node",
-        vec![index.display().to_string(), "stdio".to_string()],
-    );
+    let server =
+        keel_mcp::McpServerConfig::stdio("everything", "node", vec![index.display().to_string(), "stdio".to_string()]);
     let started = Instant::now();
     let hub = keel_mcp::McpHub::start(vec![server]);
     hub.settled().await;

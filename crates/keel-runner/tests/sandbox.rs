@@ -3,6 +3,8 @@
 //! operations succeed where the policy allows them, so a failure here is the
 //! sandbox's doing, not a broken test.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -59,7 +61,7 @@ impl Setup {
 
     async fn shell_with(&self, policy: &SandboxPolicy, command: &str) -> Value {
         let reply = self.call(policy, "shell.run", json!({ "command": command })).await;
-        assert_eq!(reply.confinement.filesystem.starts_with("landlock-v"), true, "{:?}", reply.confinement);
+        assert!(reply.confinement.filesystem.starts_with("landlock-v"), "{:?}", reply.confinement);
         serde_json::from_str(&reply.text).unwrap()
     }
 }
