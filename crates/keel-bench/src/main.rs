@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use keel_protocol::CompactionSettings;
 use keel_protocol::ids::new_id;
 use keel_provider::{OpenAiChat, OpenAiChatConfig};
 use keel_runtime::{BusMessage, NewSession, ProviderSet, Runtime, RuntimeConfig};
@@ -130,7 +129,7 @@ async fn create_sessions(runtime: &Runtime, count: usize, workspace: &Path) -> R
                 coworker: "assistant-example".into(),
                 workspace: workspace.display().to_string(),
                 attended: false,
-                compaction: CompactionSettings::default(),
+                compaction: None,
             })
             .await?;
         ids.push(info.id);

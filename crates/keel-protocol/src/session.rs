@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// How a session's context is kept under its cap (used by compaction).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CompactionSettings {
     /// The context cap in tokens; `None` means the model's context window.
     #[serde(default)]

@@ -61,6 +61,9 @@ pub struct CoworkerSpec {
     /// What its tools may touch beyond the workspace.
     #[serde(default)]
     pub resources: keel_tools::ResourcePolicy,
+    /// Compaction defaults for its sessions (`session/create` may override).
+    #[serde(default)]
+    pub compaction: Option<keel_protocol::CompactionSettings>,
     /// Models to move to, in order, when the first one fails for good
     /// (auth, out of credit, unreachable after retries).
     #[serde(default)]

@@ -325,6 +325,15 @@ pub fn schema() -> Value {
                         "instructions": {"type": "string", "minLength": 1},
                         "tools": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z0-9_-]+\\..+$"}, "uniqueItems": true, "description": "Qualified tool names (fs.read_file) or <server>.* for every tool of an MCP server"},
                         "resources": resources,
+                        "compaction": {
+                            "type": "object",
+                            "additionalProperties": false,
+                            "description": "Compaction defaults for the coworker's sessions",
+                            "properties": {
+                                "cap_tokens": {"type": "integer", "minimum": 1, "description": "Context cap in tokens; default the model's context window"},
+                                "auto_trim_on_failure": {"type": "boolean", "default": true, "description": "In an unattended session, trim mechanically when a summary fails"}
+                            }
+                        },
                         "fallback_models": {"type": "array", "items": model},
                         "max_steps": {"type": "integer", "minimum": 1},
                         "max_output_tokens": {"type": "integer", "minimum": 1},

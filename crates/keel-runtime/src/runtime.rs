@@ -58,7 +58,9 @@ pub struct NewSession {
     pub coworker: String,
     pub workspace: String,
     pub attended: bool,
-    pub compaction: CompactionSettings,
+    /// `None` takes the coworker's `compaction` from its bundle, else the
+    /// defaults.
+    pub compaction: Option<CompactionSettings>,
 }
 
 impl Runtime {
@@ -215,7 +217,7 @@ impl Runtime {
             coworker_spec: Arc::new(serde_json::to_value(&spec).unwrap_or_default()),
             workspace: workspace.display().to_string(),
             attended: params.attended,
-            compaction: params.compaction,
+            compaction: params.compaction.or(spec.compaction).unwrap_or_default(),
             provider_blocked: false,
             created_at_ms: now,
             updated_at_ms: now,

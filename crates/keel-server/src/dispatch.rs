@@ -51,7 +51,7 @@ pub(crate) async fn call(
                     coworker: p.coworker,
                     workspace: p.workspace,
                     attended: p.attended.unwrap_or(true),
-                    compaction: p.compaction.unwrap_or_default(),
+                    compaction: p.compaction,
                 })
                 .await
                 .map_err(rt)?;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use keel_protocol::ids::new_id;
-use keel_protocol::{CompactionSettings, EventKind};
+use keel_protocol::EventKind;
 use keel_runtime::{BusMessage, NewSession, Runtime, RuntimeConfig};
 
 #[derive(clap::Args)]
@@ -56,7 +56,7 @@ pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
             coworker: args.coworker,
             workspace: workspace.display().to_string(),
             attended: true,
-            compaction: CompactionSettings::default(),
+            compaction: None,
         })
         .await?;
     let mut events = runtime.subscribe(&session.id, 0).await?;

@@ -2,7 +2,6 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
-use keel_protocol::CompactionSettings;
 use keel_protocol::session::SessionInfo;
 use keel_runtime::{BusMessage, NewSession, Runtime};
 use serde_json::Value;
@@ -18,7 +17,7 @@ pub async fn session(runtime: &Runtime, dir: &std::path::Path) -> SessionInfo {
             coworker: "c".into(),
             workspace: workspace.display().to_string(),
             attended: true,
-            compaction: CompactionSettings::default(),
+            compaction: None,
         })
         .await
         .unwrap()
