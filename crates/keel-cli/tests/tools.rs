@@ -251,3 +251,50 @@ async fn a_dead_mcp_server_is_reported_and_the_other_tools_keep_working() {
         request["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["fs__write_file"]);
 }
+
+/// server-everything in streamable HTTP mode on a free port, once it listens.
+async fn http_everything() -> (tokio::process::Child, u16) {
+    use tokio::io::AsyncBufReadExt;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = tokio::process::Command::new("node")
+        .args([everything_js().as_str(), "streamableHttp"])
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let listening = async {
+        while let Some(line) = stderr.next_line().await.unwrap() {
+            if line.contains("listening on port") {
+                return;
+            }
+        }
+        panic!("server-everything exited before listening");
+    };
+    tokio::time::timeout(Duration::from_secs(15), listening).await.expect("server-everything did not listen");
+    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+    (child, port)
+}
+
+#[tokio::test]
+async fn an_mcp_server_over_streamable_http_is_called_through_a_turn() {
+    let (_server, port) = http_everything().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = support::workspace(&dir);
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::tool_call("c1", "remote__get-sum", r#"{"a": 20, "b": 22}"#));
+    mock.push(Reply::text("done"));
+    let extra =
+        format!("[mcp_servers.remote]\nurl = \"http://127.0.0.1:{port}/mcp\"\nheaders = {{ X-Keel = \"1\" }}\n");
+    let bundle = bundle(dir.path(), "\"remote.get-sum\"", &extra);
+    let keel = Keel::start_with(&dir.path().join("state"), &mock.base_url(), &bundle, &[]).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let id = session(&mut client, &ws).await;
+    client.ok("turn/start", json!({"session_id": id, "submission_id": "s1", "text": "add"})).await.unwrap();
+    let events = client.events_until("turn_finished").await.unwrap();
+    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+    let snapshot = client.ok("session/get", json!({"session_id": id})).await.unwrap();
+    assert!(outputs(&snapshot)[0].contains("42"), "{:?}", outputs(&snapshot));
+}

@@ -4,8 +4,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use keel_protocol::ids::new_id;
 use keel_protocol::EventKind;
+use keel_protocol::ids::new_id;
 use keel_runtime::{BusMessage, NewSession, Runtime, RuntimeConfig};
 
 #[derive(clap::Args)]
