@@ -183,6 +183,15 @@ async fn commands_see_only_the_policy_environment_and_not_keels() {
 
 /// Processes whose command line holds `marker`, after giving the kernel up
 /// to 5 s to finish killing a tree.
+/// Whether this test process runs as root (from /proc, no FFI).
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .is_some_and(|l| l.split_whitespace().nth(1) == Some("0"))
+}
+
 fn leftovers(marker: &str) -> usize {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -212,6 +221,14 @@ async fn a_fork_bomb_is_contained_and_its_whole_tree_killed() {
     let mut policy = s.policy();
     policy.shell.timeout_secs = 3;
     policy.shell.max_processes = 64;
+    let probe = s.call(&policy, "shell.run", json!({"command": "true"})).await;
+    if probe.confinement.processes != "pid-namespace+pid_max" && running_as_root() {
+        // Without a per-namespace pid_max (Linux < 6.14) nothing caps a
+        // root-owned fork bomb but the timeout; running one would starve the
+        // machine's other tests. The runner reports the gap.
+        eprintln!("skipped: this kernel cannot cap a root command's processes ({})", probe.confinement.processes);
+        return;
+    }
     let started = Instant::now();
     let out = s.shell_with(&policy, "bomb() { bomb | bomb & }; bomb; sleep 60 # fork-bomb-marker-7f3a").await;
     assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
