@@ -5,9 +5,14 @@
 //! journaled state, and gets back what to record and what to do next. Nothing
 //! here touches a clock, a file or a socket, so every decision can be tested
 //! and replayed from the journal alone.
+//!
+//! [`policy`] decides, the same pure way, whether a tool call runs, waits
+//! for a person, or is refused.
 
+pub mod policy;
 pub mod recovery;
 pub mod turn;
 
+pub use policy::{Effect, PolicySpec, RuleSpec, Verdict};
 pub use recovery::{ResumePlan, plan_resume};
 pub use turn::{Decision, Next, OUTPUT_CONTINUATION, ToolCall, TurnLimits, after_model, after_output_limit};

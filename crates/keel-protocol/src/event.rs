@@ -26,6 +26,19 @@ pub enum EventKind {
     /// A pinned tool's server (an MCP server) is down: its tools are left
     /// out of this turn's requests.
     ToolServerUnavailable,
+    /// A tool call's intent: decided and about to be dispatched (ledger
+    /// status `intended`).
+    ToolCallIntended,
+    /// A turn parked on a question for a person.
+    InteractionRequested,
+    /// A person (or an expiry) answered.
+    InteractionAnswered,
+    /// The policy or bundle changed before the answer; asked again.
+    InteractionSuperseded,
+    /// A turn was parked waiting for a person.
+    TurnWaiting,
+    /// A person's message for a running turn, accepted.
+    TurnSteered,
     TurnFinished,
     TurnInterrupted,
     TurnRecoverable,
@@ -48,6 +61,12 @@ impl EventKind {
             EventKind::ToolCallRejected => "tool_call_rejected",
             EventKind::ToolCallInterrupted => "tool_call_interrupted",
             EventKind::ToolServerUnavailable => "tool_server_unavailable",
+            EventKind::ToolCallIntended => "tool_call_intended",
+            EventKind::InteractionRequested => "interaction_requested",
+            EventKind::InteractionAnswered => "interaction_answered",
+            EventKind::InteractionSuperseded => "interaction_superseded",
+            EventKind::TurnWaiting => "turn_waiting",
+            EventKind::TurnSteered => "turn_steered",
             EventKind::TurnFinished => "turn_finished",
             EventKind::TurnInterrupted => "turn_interrupted",
             EventKind::TurnRecoverable => "turn_recoverable",

@@ -61,6 +61,37 @@ pub enum Item {
     },
 }
 
+/// What running a tool twice does, as the tool declares it. Recovery re-runs
+/// an interrupted read-only or idempotent call, and asks a person about a
+/// side-effecting one; by default a tool that is not read-only needs a
+/// person's approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    ReadOnly,
+    /// Safe to repeat: running it again leaves the same state.
+    Idempotent,
+    #[default]
+    SideEffecting,
+}
+
+impl Effect {
+    /// The effect in words, as used in decisions.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effect::ReadOnly => "read-only",
+            Effect::Idempotent => "idempotent",
+            Effect::SideEffecting => "side-effecting",
+        }
+    }
+}
+
+impl std::fmt::Display for Effect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// An image a tool returned, as history records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageRef {

@@ -6,12 +6,14 @@
 
 pub mod event;
 pub mod ids;
+pub mod interaction;
 pub mod item;
 pub mod rpc;
 pub mod session;
 pub mod status;
 
 pub use event::{Event, EventKind};
-pub use item::{ContentPart, ImageRef, Item, Role, ToolSpec};
+pub use interaction::{DecisionKind, InteractionInfo, InteractionKind, InteractionStatus};
+pub use item::{ContentPart, Effect, ImageRef, Item, Role, ToolSpec};
 pub use session::{CompactionSettings, Usage};
 pub use status::{AttemptStatus, ToolCallStatus, TurnStatus};

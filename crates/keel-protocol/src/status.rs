@@ -89,7 +89,10 @@ impl AttemptStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolCallStatus {
-    /// The intent is journaled; the tool may have started.
+    /// Decided (allowed) and journaled, not yet dispatched: the tool has
+    /// certainly not run.
+    Intended,
+    /// Dispatched to the tool: its effect may have happened.
     Started,
     /// The result is journaled.
     Completed,
@@ -103,6 +106,7 @@ pub enum ToolCallStatus {
 impl ToolCallStatus {
     pub fn as_str(self) -> &'static str {
         match self {
+            ToolCallStatus::Intended => "intended",
             ToolCallStatus::Started => "started",
             ToolCallStatus::Completed => "completed",
             ToolCallStatus::Interrupted => "interrupted",
@@ -111,7 +115,9 @@ impl ToolCallStatus {
     }
 
     pub fn parse(text: &str) -> Option<ToolCallStatus> {
-        [Self::Started, Self::Completed, Self::Interrupted, Self::Rejected].into_iter().find(|s| s.as_str() == text)
+        [Self::Intended, Self::Started, Self::Completed, Self::Interrupted, Self::Rejected]
+            .into_iter()
+            .find(|s| s.as_str() == text)
     }
 }
 

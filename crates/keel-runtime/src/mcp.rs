@@ -140,6 +140,8 @@ impl Tool for McpTool {
             // schema notices every change that matters.
             version: "mcp".into(),
             input_schema: self.info.input_schema.clone(),
+            // MCP tools' hints are advisory; keel assumes the worst.
+            effect: keel_protocol::Effect::SideEffecting,
         }
     }
 

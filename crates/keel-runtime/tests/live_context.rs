@@ -24,6 +24,7 @@ impl Tool for Account {
             description: "test".into(),
             version: "1".into(),
             input_schema: json!({"type": "object"}),
+            effect: keel_protocol::Effect::ReadOnly,
         }
     }
 
@@ -91,6 +92,7 @@ impl Tool for Camera {
             description: "takes a picture".into(),
             version: "1".into(),
             input_schema: json!({"type": "object"}),
+            effect: keel_protocol::Effect::ReadOnly,
         }
     }
 

@@ -24,6 +24,7 @@ impl Tool for Versioned {
             description: format!("version {}", self.0),
             version: "1".into(),
             input_schema: json!({"type": "object"}),
+            effect: keel_protocol::Effect::ReadOnly,
         }
     }
 

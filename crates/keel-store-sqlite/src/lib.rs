@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
 use keel_protocol::session::{AttemptInfo, SessionInfo, ToolCallInfo, TurnInfo};
-use keel_protocol::{Event, Item, TurnStatus};
+use keel_protocol::{Event, InteractionInfo, Item, TurnStatus};
 use keel_store::{Change, Result, Store, StoreError, StoreFuture};
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
@@ -235,5 +235,9 @@ impl Store for SqliteStore {
 
     fn last_seq(&self, session_id: String) -> StoreFuture<'_, u64> {
         self.read(move |c| read::last_seq(c, &session_id))
+    }
+
+    fn interactions(&self, session_id: Option<String>, pending_only: bool) -> StoreFuture<'_, Vec<InteractionInfo>> {
+        self.read(move |c| read::interactions(c, session_id.as_deref(), pending_only))
     }
 }

@@ -1,7 +1,7 @@
 //! Queries, each run on a reader connection.
 
 use keel_protocol::session::{AttemptInfo, SessionInfo, ToolCallInfo, TurnInfo};
-use keel_protocol::{AttemptStatus, Event, Item, ToolCallStatus, TurnStatus};
+use keel_protocol::{AttemptStatus, Event, InteractionInfo, Item, ToolCallStatus, TurnStatus};
 use keel_store::{Result, StoreError};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -207,6 +207,23 @@ pub fn tool_calls(conn: &Connection, session_id: &str, turn_id: Option<&str>) ->
         })
         .map_err(backend)?;
     rows.map(|r| r.map_err(backend)?).collect()
+}
+
+/// Interactions, oldest first. The whole record is kept in `request`; the
+/// other columns index it.
+pub fn interactions(conn: &Connection, session_id: Option<&str>, pending_only: bool) -> Result<Vec<InteractionInfo>> {
+    let mut st = conn
+        .prepare_cached(
+            "SELECT request FROM interactions WHERE (?1 IS NULL OR session_id = ?1) AND (?2 = 0 OR status = 'pending')
+             ORDER BY created_at_ms, id",
+        )
+        .map_err(backend)?;
+    let rows = st.query_map(params![session_id, pending_only], |r| r.get::<_, String>(0)).map_err(backend)?;
+    rows.map(|r| {
+        let text = r.map_err(backend)?;
+        json("interactions", &text)
+    })
+    .collect()
 }
 
 pub fn last_seq(conn: &Connection, session_id: &str) -> Result<u64> {

@@ -200,6 +200,32 @@ fn apply(conn: &Connection, change: &Change) -> Result<Vec<Event>> {
         })
         .map_err(backend)?;
     }
+    for i in &change.interactions {
+        let status = serde_json::to_value(i.status).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let decision = i.decision.as_ref().map(to_json).transpose()?;
+        let resolved = i.decision.as_ref().map(|d| d.at_ms);
+        let record = to_json(i)?;
+        conn.prepare_cached(
+            "INSERT INTO interactions (id, session_id, turn_id, kind, request, status, response, created_at_ms, resolved_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+             ON CONFLICT (id) DO UPDATE SET request = excluded.request, status = excluded.status,
+                response = excluded.response, resolved_at_ms = excluded.resolved_at_ms",
+        )
+        .and_then(|mut st| {
+            st.execute(params![
+                i.id,
+                i.session_id,
+                i.turn_id,
+                serde_json::to_value(i.kind).unwrap_or_default().as_str().unwrap_or_default(),
+                record,
+                status.as_str().unwrap_or_default(),
+                decision,
+                i.created_at_ms,
+                resolved,
+            ])
+        })
+        .map_err(backend)?;
+    }
     append_events(conn, change, now)
 }
 

@@ -10,7 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use keel_protocol::session::{AttemptInfo, SessionInfo, ToolCallInfo, TurnInfo};
-use keel_protocol::{Event, EventKind, Item, TurnStatus};
+use keel_protocol::{Event, EventKind, InteractionInfo, Item, TurnStatus};
 use serde_json::Value;
 
 /// A boxed future, so the trait stays usable as `dyn Store`.
@@ -78,6 +78,8 @@ pub struct Change {
     pub history: Vec<(u64, Item)>,
     pub attempt: Option<AttemptInfo>,
     pub tool_calls: Vec<ToolCallInfo>,
+    /// Interactions inserted or updated (by id).
+    pub interactions: Vec<InteractionInfo>,
     pub events: Vec<NewEvent>,
 }
 
@@ -118,4 +120,7 @@ pub trait Store: Send + Sync + 'static {
     fn tool_calls(&self, session_id: String, turn_id: Option<String>) -> StoreFuture<'_, Vec<ToolCallInfo>>;
     /// The seq of the session's last event (0 when it has none).
     fn last_seq(&self, session_id: String) -> StoreFuture<'_, u64>;
+    /// Interactions of one session (or all), oldest first; only pending ones
+    /// when `pending_only`.
+    fn interactions(&self, session_id: Option<String>, pending_only: bool) -> StoreFuture<'_, Vec<InteractionInfo>>;
 }

@@ -30,6 +30,7 @@ pub fn file_tools() -> Vec<Arc<dyn Tool>> {
 pub fn shell_descriptor() -> ToolDescriptor {
     ToolDescriptor {
         name: "shell.run".into(),
+        effect: keel_protocol::Effect::SideEffecting,
         description: "Run a shell command (sh -c) in the workspace and return its exit code, stdout and stderr. \
                       The command runs sandboxed: only the workspace is writable, and the network is off unless \
                       the coworker's policy allows it."
@@ -100,6 +101,7 @@ impl Tool for ReadFile {
     fn descriptor(&self) -> ToolDescriptor {
         ToolDescriptor {
             name: "fs.read_file".into(),
+            effect: keel_protocol::Effect::ReadOnly,
             version: "1".into(),
             description: "Read a text file from the workspace. Paths are relative to the workspace.".into(),
             input_schema: json!({
@@ -145,6 +147,7 @@ impl Tool for WriteFile {
     fn descriptor(&self) -> ToolDescriptor {
         ToolDescriptor {
             name: "fs.write_file".into(),
+            effect: keel_protocol::Effect::Idempotent,
             version: "1".into(),
             description: "Create or overwrite a text file in the workspace. Parent folders are created.".into(),
             input_schema: json!({
@@ -185,6 +188,7 @@ impl Tool for ListDir {
     fn descriptor(&self) -> ToolDescriptor {
         ToolDescriptor {
             name: "fs.list_dir".into(),
+            effect: keel_protocol::Effect::ReadOnly,
             version: "1".into(),
             description: "List the entries of a folder in the workspace. Folders end with '/'.".into(),
             input_schema: json!({

@@ -109,6 +109,9 @@ pub struct ToolDescriptor {
     pub version: String,
     /// JSON Schema of the arguments.
     pub input_schema: Value,
+    /// What running it twice does.
+    #[serde(default)]
+    pub effect: keel_protocol::Effect,
 }
 
 impl ToolDescriptor {

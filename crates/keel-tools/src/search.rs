@@ -36,6 +36,7 @@ impl Tool for EditFile {
     fn descriptor(&self) -> ToolDescriptor {
         ToolDescriptor {
             name: "fs.edit_file".into(),
+            effect: keel_protocol::Effect::SideEffecting,
             version: "1".into(),
             description:
                 "Replace exact text in a workspace file. old_text must occur exactly once unless replace_all is true."
@@ -102,6 +103,7 @@ impl Tool for Glob {
     fn descriptor(&self) -> ToolDescriptor {
         ToolDescriptor {
             name: "fs.glob".into(),
+            effect: keel_protocol::Effect::ReadOnly,
             version: "1".into(),
             description: "List workspace files matching a glob pattern: * and ? match within a name, ** matches any folders. Example: src/**/*.rs".into(),
             input_schema: json!({
@@ -157,6 +159,7 @@ impl Tool for Grep {
     fn descriptor(&self) -> ToolDescriptor {
         ToolDescriptor {
             name: "fs.grep".into(),
+            effect: keel_protocol::Effect::ReadOnly,
             version: "1".into(),
             description: "Search workspace text files for a regular expression; prints path:line: text for each match."
                 .into(),
