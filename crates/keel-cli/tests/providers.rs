@@ -18,6 +18,7 @@ model = "openai-chat:primary"
 fallback_models = ["openai-chat:backup"]
 instructions = "You are a test coworker."
 tools = ["fs.read_file", "fs.write_file", "fs.list_dir"]
+policies = { "fs.write_file" = "allow" }
 max_output_tokens = 64
 
 [prices."openai-chat:primary"]

@@ -150,7 +150,7 @@ async fn a_kill_during_a_command_takes_the_command_down_and_recovery_does_not_re
     std::fs::create_dir_all(&bundle).unwrap();
     std::fs::write(
         bundle.join("keel.toml"),
-        "[coworkers.w]\nmodel = \"openai-chat:m\"\ninstructions = \"x\"\ntools = [\"shell.run\"]\n",
+        "[coworkers.w]\nmodel = \"openai-chat:m\"\ninstructions = \"x\"\ntools = [\"shell.run\"]\npolicies = { \"shell.run\" = \"allow\" }\n",
     )
     .unwrap();
     let mock = MockServer::start().await.unwrap();

@@ -33,6 +33,9 @@ fn everything_js() -> String {
     servers_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js").display().to_string()
 }
 
+/// These tests are about tools, not approvals: every tool is allowed.
+const ALLOW_ALL: &str = r#"policies = { "shell.run" = "allow", "fs.write_file" = "allow", "everything.*" = "allow", "remote.*" = "allow" }"#;
+
 /// A bundle with coworker `w` on the mock's chat API, listing `tools`, plus
 /// extra TOML (MCP servers).
 fn bundle(dir: &Path, tools: &str, extra: &str) -> PathBuf {
@@ -40,7 +43,9 @@ fn bundle(dir: &Path, tools: &str, extra: &str) -> PathBuf {
     std::fs::create_dir_all(&bundle).unwrap();
     std::fs::write(
         bundle.join("keel.toml"),
-        format!("[coworkers.w]\nmodel = \"openai-chat:m\"\ninstructions = \"Work.\"\ntools = [{tools}]\n\n{extra}"),
+        format!(
+            "[coworkers.w]\nmodel = \"openai-chat:m\"\ninstructions = \"Work.\"\ntools = [{tools}]\n{ALLOW_ALL}\n{extra}"
+        ),
     )
     .unwrap();
     bundle

@@ -22,7 +22,7 @@ async fn run_turn(model: &str, replies: Vec<Reply>) -> (Vec<Value>, Value, MockS
     std::fs::create_dir_all(&bundle).unwrap();
     std::fs::write(
         bundle.join("keel.toml"),
-        format!("[coworkers.w]\nmodel = \"{model}\"\ninstructions = \"Be brief.\"\ntools = [\"fs.write_file\"]\n"),
+        format!("[coworkers.w]\nmodel = \"{model}\"\ninstructions = \"Be brief.\"\ntools = [\"fs.write_file\"]\npolicies = {{ \"fs.write_file\" = \"allow\" }}\n"),
     )
     .unwrap();
     let ws = dir.path().join("ws");

@@ -56,7 +56,8 @@ pub fn plan_resume(
                 continue;
             }
             match ledger.get(call_id) {
-                None => unstarted.push(item.clone()),
+                // Never dispatched (no intent, or only the intent): safe.
+                None | Some(ToolCallStatus::Intended) => unstarted.push(item.clone()),
                 Some(_) => {
                     interrupted.push(call_id.clone());
                     append.push(Item::FunctionCallOutput {

@@ -28,6 +28,8 @@ pub enum InteractionStatus {
     /// The policy or bundle changed before the answer; a new interaction
     /// asks again.
     Superseded,
+    /// Its turn ended (cancelled) before anyone answered.
+    Withdrawn,
 }
 
 /// A person's answer.

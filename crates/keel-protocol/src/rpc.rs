@@ -207,3 +207,31 @@ pub struct LaggedNotification {
     pub subscription_id: String,
     pub last_seq: u64,
 }
+
+/// `interaction/respond`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct InteractionRespondParams {
+    pub session_id: String,
+    pub interaction_id: String,
+    pub decision: crate::DecisionKind,
+    /// For the model (with `deny`), or the entered result.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// `inbox/list`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct InboxListParams {
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Only questions from unattended sessions.
+    #[serde(default)]
+    pub unattended_only: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct InboxListResponse {
+    pub interactions: Vec<crate::InteractionInfo>,
+}

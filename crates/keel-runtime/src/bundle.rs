@@ -61,6 +61,15 @@ pub struct CoworkerSpec {
     /// What its tools may touch beyond the workspace.
     #[serde(default)]
     pub resources: keel_tools::ResourcePolicy,
+    /// Policies by tool entry (`fs.write_file`, `shell.run`, `github.*`):
+    /// `"allow"`, `"ask"`, `"deny"`, or a table with allow rules. A tool
+    /// with none is allowed if read-only and asked about otherwise.
+    #[serde(default)]
+    pub policies: BTreeMap<String, keel_core::PolicySpec>,
+    /// How long a person has to answer an approval before it counts as
+    /// denied; `None` waits indefinitely. A policy's `expires_secs` wins.
+    #[serde(default)]
+    pub approval_timeout_secs: Option<u64>,
     /// Compaction defaults for its sessions (`session/create` may override).
     #[serde(default)]
     pub compaction: Option<keel_protocol::CompactionSettings>,

@@ -325,6 +325,26 @@ pub fn schema() -> Value {
                         "instructions": {"type": "string", "minLength": 1},
                         "tools": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z0-9_-]+\\..+$"}, "uniqueItems": true, "description": "Qualified tool names (fs.read_file) or <server>.* for every tool of an MCP server"},
                         "resources": resources,
+                        "policies": {
+                            "type": "object",
+                            "description": "Policy per tool entry (fs.write_file, shell.run, <server>.*); tools without one are allowed if read-only, asked about otherwise",
+                            "additionalProperties": {
+                                "oneOf": [
+                                    {"enum": ["allow", "ask", "deny"]},
+                                    {
+                                        "type": "object",
+                                        "additionalProperties": false,
+                                        "properties": {
+                                            "policy": {"enum": ["allow", "ask", "deny"], "default": "ask", "description": "For calls no allow rule matches"},
+                                            "allow_commands": {"type": "array", "items": {"type": "string"}, "description": "Command prefixes matched token by token; shell operators and expansions never match"},
+                                            "allow_paths": {"type": "array", "items": {"type": "string"}, "description": "Workspace folders file tools may use without asking"},
+                                            "expires_secs": {"type": "integer", "minimum": 1, "description": "An unanswered approval counts as denied after this long"}
+                                        }
+                                    }
+                                ]
+                            }
+                        },
+                        "approval_timeout_secs": {"type": "integer", "minimum": 1, "description": "Default expiry of approvals; none waits indefinitely"},
                         "compaction": {
                             "type": "object",
                             "additionalProperties": false,

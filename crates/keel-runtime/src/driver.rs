@@ -26,6 +26,7 @@ use keel_tools::{ToolContext, ToolOutput};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::approvals::Gate;
 use crate::bundle::CoworkerSpec;
 use crate::error::{Result, RuntimeError};
 use crate::runtime::Runtime;
@@ -58,6 +59,8 @@ struct TurnRun<'a> {
     /// A completed attempt waiting to be committed with its decision.
     pending_attempt: Option<AttemptInfo>,
     instructions: String,
+    /// The session's pinned coworker (policies, resources).
+    spec: Arc<CoworkerSpec>,
     tools: TurnTools,
     limits: TurnLimits,
     context: ToolContext,
@@ -120,6 +123,7 @@ async fn prepare<'a>(runtime: &'a Runtime, slot: &'a SessionSlot, turn_id: &'a s
         block_session: false,
         pending_attempt: None,
         instructions: spec.instructions.clone(),
+        spec: Arc::new(spec.clone()),
         tools,
         limits: TurnLimits {
             max_steps: spec.max_steps.unwrap_or(runtime.inner.default_limits.max_steps),
@@ -172,8 +176,10 @@ impl TurnRun<'_> {
                 },
                 Next::RunTools(calls) => {
                     for call in calls {
-                        if !self.run_tool(call, cancel).await? {
-                            return self.stop().await;
+                        match self.run_tool(call, cancel).await? {
+                            Step::Done => {}
+                            Step::Cancelled => return self.stop().await,
+                            Step::Parked => return Ok(()),
                         }
                     }
                     Next::CallModel
@@ -203,16 +209,18 @@ impl TurnRun<'_> {
         }
     }
 
-    /// Runs one tool call between its journaled intent and result. Returns
-    /// false if the turn was cancelled while the tool ran.
-    async fn run_tool(&mut self, call: ToolCall, cancel: &CancellationToken) -> Result<bool> {
+    /// Runs one tool call through the effect ledger: the gate (policy,
+    /// grant, a person), then `intended` (decided, not dispatched),
+    /// `started` (dispatched: its effect may happen from here on), and the
+    /// result with its history item.
+    async fn run_tool(&mut self, call: ToolCall, cancel: &CancellationToken) -> Result<Step> {
         let mut ledger = ToolCallInfo {
             session_id: self.slot.id.clone(),
             call_id: call.call_id.clone(),
             turn_id: self.turn_id.to_string(),
             name: call.name.clone(),
             arguments: call.arguments.clone(),
-            status: ToolCallStatus::Started,
+            status: ToolCallStatus::Intended,
             output: None,
             is_error: false,
             started_at_ms: now_ms(),
@@ -233,23 +241,54 @@ impl TurnRun<'_> {
                 Err(reason) => Err(format!("the call was not run: {reason}; fix the arguments and call again")),
             },
         };
+        let checked = match checked {
+            Ok(tool) => {
+                let gate_call = crate::approvals::GateCall {
+                    turn_id: self.turn_id,
+                    call_id: &call.call_id,
+                    name: &call.name,
+                    qualified: &qualified,
+                    arguments: &call.arguments,
+                    parsed: &call.parsed,
+                    effect: tool.descriptor().effect,
+                };
+                match crate::approvals::gate(self.runtime, self.slot, &self.spec, gate_call).await? {
+                    Gate::Park => return Ok(Step::Parked),
+                    Gate::Refuse(message) => Err(message),
+                    Gate::Run(decided_by) => Ok((tool, decided_by)),
+                }
+            }
+            Err(message) => Err(message),
+        };
         let (output, finished_kind, status) = match checked {
             Err(message) => (ToolOutput::error(message), EventKind::ToolCallRejected, ToolCallStatus::Rejected),
-            Ok(tool) => {
+            Ok((tool, decided_by)) => {
                 let intent = ledger.clone();
                 self.slot
                     .transact(self.runtime.store(), |_, change| {
                         change.events.push(NewEvent::new(
-                            EventKind::ToolCallStarted,
-                            json!({ "turn_id": intent.turn_id, "call_id": intent.call_id, "name": intent.name, "tool": qualified, "arguments": intent.arguments }),
+                            EventKind::ToolCallIntended,
+                            json!({ "turn_id": intent.turn_id, "call_id": intent.call_id, "name": intent.name, "tool": qualified, "arguments": intent.arguments, "decided_by": decided_by }),
                         ));
                         change.tool_calls.push(intent);
                         Ok(())
                     })
                     .await?;
+                ledger.status = ToolCallStatus::Started;
+                let started = ledger.clone();
+                self.slot
+                    .transact(self.runtime.store(), |_, change| {
+                        change.events.push(NewEvent::new(
+                            EventKind::ToolCallStarted,
+                            json!({ "turn_id": started.turn_id, "call_id": started.call_id, "tool": qualified }),
+                        ));
+                        change.tool_calls.push(started);
+                        Ok(())
+                    })
+                    .await?;
                 let output = tokio::select! {
                     biased;
-                    _ = cancel.cancelled() => return Ok(false),
+                    _ = cancel.cancelled() => return Ok(Step::Cancelled),
                     output = tool.call(&self.context, call.parsed.clone()) => output,
                 };
                 if output.not_run {
@@ -284,8 +323,16 @@ impl TurnRun<'_> {
             })
             .await?;
         self.history.push(item);
-        Ok(true)
+        Ok(Step::Done)
     }
+}
+
+/// How a tool call step ended.
+enum Step {
+    Done,
+    Cancelled,
+    /// The turn waits for a person; the driver ends.
+    Parked,
 }
 
 /// Appends `item` to history in `change`, with its `item_added` event.
@@ -347,6 +394,7 @@ pub(crate) async fn finish(runtime: &Runtime, slot: &SessionSlot, turn_id: &str,
             };
             turn.status = status;
             turn.error = error.clone();
+            Runtime::withdraw_pending(state, change, turn_id);
             if block_session {
                 state.info.provider_blocked = true;
             }

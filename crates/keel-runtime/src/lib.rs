@@ -11,6 +11,7 @@
 //! Turns run as owned tasks (see [`driver`]); the decisions they make come
 //! from `keel-core`, and this crate performs them.
 
+mod approvals;
 pub mod bundle;
 pub mod bundle_check;
 pub mod config;

@@ -140,6 +140,32 @@ impl Runtime {
         let Some(turn) = slot.state().turn else {
             return Err(RuntimeError::Conflict("the session has no turn to resume".into()));
         };
+        if let Some(pending) = slot
+            .state()
+            .interactions
+            .iter()
+            .find(|i| i.turn_id == turn.id && i.status == keel_protocol::InteractionStatus::Pending)
+        {
+            return Err(RuntimeError::Conflict(format!(
+                "turn {} waits for a person: answer interaction {} with interaction/respond and it continues",
+                turn.id, pending.id
+            )));
+        }
+        let turn_id = turn.id.clone();
+        self.continue_turn(&slot, &turn_id).await?;
+        Ok(TurnControlResponse { turn_id, status: TurnStatus::Running })
+    }
+
+    /// Starts a driver on the session's parked or recoverable turn, from its
+    /// journal.
+    pub(crate) async fn continue_turn(
+        &self,
+        slot: &std::sync::Arc<crate::slot::SessionSlot>,
+        turn_id: &str,
+    ) -> Result<()> {
+        let Some(turn) = slot.state().turn.filter(|t| t.id == turn_id) else {
+            return Err(RuntimeError::NotFound { what: "turn", id: turn_id.into() });
+        };
         let items = self.store().history(slot.id.clone(), turn.history_start).await?;
         let ledger = self.store().tool_calls(slot.id.clone(), Some(turn.id.clone())).await?;
         let statuses: HashMap<String, ToolCallStatus> = ledger.iter().map(|c| (c.call_id.clone(), c.status)).collect();
@@ -153,7 +179,7 @@ impl Runtime {
             Ok(())
         })
         .await?;
-        self.spawn_driver(slot.clone(), turn_id.clone(), plan.next);
-        Ok(TurnControlResponse { turn_id, status: TurnStatus::Running })
+        self.spawn_driver(slot.clone(), turn_id, plan.next);
+        Ok(())
     }
 }

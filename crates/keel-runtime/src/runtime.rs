@@ -97,11 +97,22 @@ impl Runtime {
         let infos = store.sessions().await?;
         let mut turns: HashMap<String, TurnInfo> =
             store.current_turns().await?.into_iter().map(|t| (t.session_id.clone(), t)).collect();
+        let mut interactions: HashMap<String, Vec<keel_protocol::InteractionInfo>> = HashMap::new();
+        for interaction in store.interactions(None, false).await? {
+            interactions.entry(interaction.session_id.clone()).or_default().push(interaction);
+        }
         let sessions = infos
             .into_iter()
             .map(|info| {
                 let turn = turns.remove(&info.id);
-                (info.id.clone(), Arc::new(SessionSlot::new(info, turn)))
+                let current = turn.as_ref().map(|t| t.id.clone()).unwrap_or_default();
+                let kept = interactions
+                    .remove(&info.id)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|i| crate::approvals::keep(i, &current))
+                    .collect();
+                (info.id.clone(), Arc::new(SessionSlot::new(info, turn, kept)))
             })
             .collect();
         let runtime = Runtime {
@@ -126,6 +137,7 @@ impl Runtime {
             }),
         };
         runtime.mark_interrupted().await?;
+        runtime.start_expiry_sweeper();
         Ok(runtime)
     }
 
@@ -155,18 +167,32 @@ impl Runtime {
         self.inner.sessions.lock().map(|s| s.values().cloned().collect()).unwrap_or_default()
     }
 
-    fn find_coworker(&self, id: &str) -> Result<(&Bundle, CoworkerSpec)> {
-        for bundle in &self.inner.bundles {
-            if let Some(spec) = bundle.coworkers.get(id) {
-                let mut spec = spec.clone();
-                if let Some(model) = &self.inner.model_override {
-                    spec.model = model.clone();
-                    spec.fallback_models.clear();
-                    spec.prices =
-                        bundle.prices.get(model).map(|p| [(model.clone(), p.clone())].into()).unwrap_or_default();
-                }
-                return Ok((bundle, spec));
+    /// The coworker `id` as its bundle defines it now: the bundle is read
+    /// again from disk (and checked), so new sessions and upgrades see the
+    /// current file while existing sessions keep what they pinned.
+    fn find_coworker(&self, id: &str) -> Result<(Bundle, CoworkerSpec)> {
+        for loaded in &self.inner.bundles {
+            if !loaded.coworkers.contains_key(id) {
+                continue;
             }
+            let tool_names: Vec<String> = self.inner.tools.names().map(String::from).collect();
+            let problems = crate::bundle_check::validate(&loaded.root, &self.inner.providers.names(), &tool_names);
+            if !problems.is_empty() {
+                let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                return Err(RuntimeError::Config(format!(
+                    "the bundle has problems now; fix them first:\n  {}",
+                    list.join("\n  ")
+                )));
+            }
+            let bundle = Bundle::load(&loaded.root)?;
+            let Some(spec) = bundle.coworkers.get(id) else { continue };
+            let mut spec = spec.clone();
+            if let Some(model) = &self.inner.model_override {
+                spec.model = model.clone();
+                spec.fallback_models.clear();
+                spec.prices = bundle.prices.get(model).map(|p| [(model.clone(), p.clone())].into()).unwrap_or_default();
+            }
+            return Ok((bundle, spec));
         }
         let known: Vec<&str> = self.inner.bundles.iter().flat_map(|b| b.coworkers.keys().map(String::as_str)).collect();
         Err(RuntimeError::InvalidParams(if known.is_empty() {
@@ -225,7 +251,7 @@ impl Runtime {
             history_len: 0,
             usage: Usage::default(),
         };
-        let slot = Arc::new(SessionSlot::new(info.clone(), None));
+        let slot = Arc::new(SessionSlot::new(info.clone(), None, Vec::new()));
         let created = serde_json::to_value(&info).unwrap_or_default();
         slot.transact(self.store(), |_, change| {
             change.new_session = true;
@@ -314,7 +340,7 @@ impl Runtime {
             session: state.info,
             turn: state.turn,
             history,
-            interactions: Vec::new(),
+            interactions: state.interactions.iter().filter_map(|i| serde_json::to_value(i).ok()).collect(),
             attempts,
             tool_calls,
             last_seq,
@@ -476,6 +502,24 @@ impl Runtime {
         self.inner.tasks.wait().await;
         self.inner.runner.stop_all();
         self.inner.mcp.shutdown().await;
+    }
+
+    /// Checks pending interactions for expiry once a second until shutdown.
+    fn start_expiry_sweeper(&self) {
+        let weak = Arc::downgrade(&self.inner);
+        let shutdown = self.inner.shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                }
+                let Some(inner) = weak.upgrade() else { return };
+                if let Err(error) = (Runtime { inner }).expire_due().await {
+                    tracing::warn!(%error, "expiring interactions failed; retrying in a second");
+                }
+            }
+        });
     }
 
     /// The MCP servers and how they are, once each has had its chance to

@@ -2,9 +2,9 @@
 
 use std::sync::{Mutex, OnceLock};
 
-use keel_protocol::Event;
 use keel_protocol::ids::now_ms;
 use keel_protocol::session::{SessionInfo, TurnInfo};
+use keel_protocol::{Event, InteractionInfo};
 use keel_store::{Change, Store};
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
@@ -21,6 +21,9 @@ const BUS_CAPACITY: usize = 1024;
 pub(crate) struct SessionState {
     pub info: SessionInfo,
     pub turn: Option<TurnInfo>,
+    /// Pending interactions, the session's grants (answered
+    /// `allow_for_session`), and the current turn's answered ones.
+    pub interactions: Vec<InteractionInfo>,
 }
 
 /// A running turn's driver.
@@ -45,10 +48,10 @@ pub(crate) struct SessionSlot {
 }
 
 impl SessionSlot {
-    pub fn new(info: SessionInfo, turn: Option<TurnInfo>) -> SessionSlot {
+    pub fn new(info: SessionInfo, turn: Option<TurnInfo>, interactions: Vec<InteractionInfo>) -> SessionSlot {
         SessionSlot {
             id: info.id.clone(),
-            state: Mutex::new(SessionState { info, turn }),
+            state: Mutex::new(SessionState { info, turn, interactions }),
             writer: tokio::sync::Mutex::new(()),
             control: tokio::sync::Mutex::new(()),
             job: Mutex::new(None),

@@ -1,8 +1,8 @@
 //! The method table: params in, result out.
 
 use keel_protocol::rpc::{
-    EventsSubscribeParams, EventsUnsubscribeParams, RpcError, SessionCreateParams, SessionCreateResponse,
-    SessionIdParams, SessionListResponse, TurnStartParams, code,
+    EventsSubscribeParams, EventsUnsubscribeParams, InboxListParams, InboxListResponse, InteractionRespondParams,
+    RpcError, SessionCreateParams, SessionCreateResponse, SessionIdParams, SessionListResponse, TurnStartParams, code,
 };
 use keel_runtime::{NewSession, Runtime};
 use serde::Serialize;
@@ -21,6 +21,8 @@ pub const METHODS: &[&str] = &[
     "turn/start",
     "turn/interrupt",
     "turn/resume",
+    "interaction/respond",
+    "inbox/list",
     "events/subscribe",
     "events/unsubscribe",
 ];
@@ -80,6 +82,23 @@ pub(crate) async fn call(
         "turn/resume" => {
             let p: SessionIdParams = params(raw)?;
             result(runtime.resume_turn(&p.session_id).await.map_err(rt)?)
+        }
+        "interaction/respond" => {
+            let p: InteractionRespondParams = params(raw)?;
+            let outcome = runtime
+                .respond_interaction(&p.session_id, &p.interaction_id, p.decision, p.message)
+                .await
+                .map_err(rt)?;
+            result(outcome)
+        }
+        "inbox/list" => {
+            let p: InboxListParams = params(raw)?;
+            let interactions = runtime
+                .inbox(p.session_id.as_deref())
+                .into_iter()
+                .filter(|i| !p.unattended_only || !i.attended)
+                .collect();
+            result(InboxListResponse { interactions })
         }
         "events/subscribe" => {
             let p: EventsSubscribeParams = params(raw)?;
