@@ -42,6 +42,7 @@ async fn a_turn_writes_a_file_then_answers() {
             "model_attempt_started",
             "model_attempt_finished",
             "item_added",
+            "tool_call_intended",
             "tool_call_started",
             "tool_call_finished",
             "item_added",

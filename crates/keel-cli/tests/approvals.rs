@@ -178,7 +178,7 @@ async fn a_grant_lasts_for_the_session_across_a_restart() {
     start(&mut client, &id, "s2").await;
     let events = client.events_until("turn_finished").await.unwrap();
     assert!(events.iter().all(|e| e["kind"] != "interaction_requested"), "the grant answered");
-    let intended = events.iter().filter(|e| e["kind"] == "tool_call_intended").last().unwrap();
+    let intended = events.iter().rfind(|e| e["kind"] == "tool_call_intended").unwrap();
     assert_eq!(intended["data"]["decided_by"]["by"], "grant");
     assert_eq!(std::fs::read_to_string(ws.join("effects.txt")).unwrap(), "one\ntwo\n");
 }

@@ -189,8 +189,11 @@ async fn run_uses_the_local_model_when_no_provider_is_configured() {
     // to the output limit; each is a real outcome of a real model. What must
     // hold is that the turn ended cleanly and exit code matches it.
     let status = snapshot["turn"]["status"].as_str().unwrap();
-    assert!(["completed", "failed", "truncated"].contains(&status), "{status}");
+    // It may also ask to run a command the example's policy does not allow:
+    // with no terminal to answer, `keel run` stops with code 3.
+    assert!(["completed", "failed", "truncated", "waiting"].contains(&status), "{status}");
     assert_eq!(output.status.success(), status == "completed", "{stderr}");
+    assert_eq!(output.status.code() == Some(3), status == "waiting", "{stderr}");
     if status == "completed" {
         assert!(!String::from_utf8_lossy(&output.stdout).trim().is_empty(), "the model answered");
     }
@@ -206,6 +209,28 @@ async fn run_uses_the_local_model_when_no_provider_is_configured() {
             assert!(name.starts_with("fs__") || name == "shell__run", "{name}");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_stops_with_code_3_when_a_call_needs_approval_and_nobody_can_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = support::workspace(&dir);
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::tool_call("c1", "shell__run", r#"{"command": "touch made-without-asking"}"#));
+    let output = keel(&dir.path().join("state"), &mock.base_url())
+        .args(["run", "--bundle"])
+        .arg(support::example_bundle())
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("make a file")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("approval needed for shell.run"), "{stderr}");
+    assert!(stderr.contains("stays pending"), "{stderr}");
+    assert!(!ws.join("made-without-asking").exists());
 }
 
 #[test]

@@ -1,4 +1,8 @@
 //! `keel run`: one task, answered on stdout.
+//!
+//! A call the policy asks about is put to the person at the terminal; when
+//! stdin is not a terminal, `keel run` exits with code 3 and the question
+//! stays pending in the state directory.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -63,7 +67,7 @@ pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
     let started = runtime.start_turn(&session.id, &new_id("sub"), &text).await?;
     eprintln!("keel: session {} turn {}", session.id, started.turn_id);
     let code = tokio::select! {
-        code = follow(&mut events, &started.turn_id) => code?,
+        code = follow(&runtime, &session.id, &mut events, &started.turn_id) => code?,
         _ = tokio::signal::ctrl_c() => {
             eprintln!("\nkeel: interrupting the turn");
             runtime.interrupt_turn(&session.id).await?;
@@ -74,8 +78,49 @@ pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
+/// Asks the person at the terminal about a parked call. Returns false when
+/// nobody can answer here (stdin is not a terminal).
+async fn ask_at_terminal(runtime: &Runtime, session_id: &str, interaction: &serde_json::Value) -> anyhow::Result<bool> {
+    use std::io::IsTerminal;
+    let id = interaction["id"].as_str().unwrap_or_default();
+    let request = &interaction["request"];
+    eprintln!(
+        "keel: approval needed for {}({}) because {}",
+        request["tool"].as_str().unwrap_or("?"),
+        request["arguments"].as_str().unwrap_or(""),
+        request["reason"].as_str().unwrap_or("the policy asks")
+    );
+    if !std::io::stdin().is_terminal() {
+        eprintln!(
+            "keel: stdin is not a terminal, so nobody can answer here; the question {id} stays pending in the state directory (answer it through `keel serve` and interaction/respond)"
+        );
+        return Ok(false);
+    }
+    loop {
+        eprint!("keel: [a]llow once, allow for the [s]ession, or [d]eny? ");
+        let line = tokio::task::spawn_blocking(|| {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).map(|_| line)
+        })
+        .await??;
+        let decision = match line.trim() {
+            "a" | "allow" => keel_protocol::DecisionKind::AllowOnce,
+            "s" | "session" => keel_protocol::DecisionKind::AllowForSession,
+            "d" | "deny" | "" => keel_protocol::DecisionKind::Deny,
+            _ => continue,
+        };
+        runtime.respond_interaction(session_id, id, decision, None).await?;
+        return Ok(true);
+    }
+}
+
 /// Prints streamed text and tool activity until the turn finishes.
-async fn follow(events: &mut keel_runtime::EventStream, turn_id: &str) -> anyhow::Result<ExitCode> {
+async fn follow(
+    runtime: &Runtime,
+    session_id: &str,
+    events: &mut keel_runtime::EventStream,
+    turn_id: &str,
+) -> anyhow::Result<ExitCode> {
     let mut stdout = std::io::stdout();
     let mut streamed_since_item = false;
     while let Some(message) = events.next().await? {
@@ -123,7 +168,15 @@ async fn follow(events: &mut keel_runtime::EventStream, turn_id: &str) -> anyhow
                             event.data["reason"].as_str().unwrap_or("?")
                         );
                     }
-                    k if k == EventKind::ToolCallStarted.as_str() => {
+                    k if k == EventKind::TurnWaiting.as_str() => {
+                        let pending = runtime.inbox(Some(session_id));
+                        let Some(interaction) = pending.first() else { continue };
+                        let interaction = serde_json::to_value(interaction)?;
+                        if !ask_at_terminal(runtime, session_id, &interaction).await? {
+                            return Ok(ExitCode::from(3));
+                        }
+                    }
+                    k if k == EventKind::ToolCallIntended.as_str() => {
                         eprintln!(
                             "keel: -> {}({})",
                             event.data["name"].as_str().unwrap_or("?"),
