@@ -60,61 +60,6 @@ async fn a_kill_during_the_model_request_leaves_a_recoverable_turn_that_resumes(
 }
 
 #[tokio::test]
-async fn a_tool_call_without_a_recorded_result_is_surfaced_not_rerun() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    let state = dir.path().join("state");
-    let mock = MockServer::start().await.unwrap();
-    mock.push(Reply::tool_call("call_w", "fs__write_file", r#"{"path":"effect.txt","content":"done once"}"#));
-    let keel = Keel::start(&state, &mock.base_url()).unwrap();
-    let mut client = keel.client().await.unwrap();
-    let session = client.create_session(&ws).await.unwrap();
-    // The tool runs, but nothing after its intent can be journaled: this is
-    // the instant between an effect and its record.
-    let db = rusqlite::Connection::open(state.join("runtime.sqlite3")).unwrap();
-    db.execute_batch(
-        "CREATE TRIGGER no_result BEFORE INSERT ON events WHEN NEW.kind IN ('tool_call_finished','turn_finished') BEGIN SELECT RAISE(ABORT,'crash here'); END;",
-    )
-    .unwrap();
-    client.ok("events/subscribe", json!({"session_id": session})).await.unwrap();
-    client.ok("turn/start", json!({"session_id": session, "submission_id": "s1", "text": "write it"})).await.unwrap();
-    client.events_until("tool_call_started").await.unwrap();
-    for _ in 0..200 {
-        if ws.join("effect.txt").exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(std::fs::read_to_string(ws.join("effect.txt")).unwrap(), "done once");
-    keel.kill();
-    db.execute_batch("DROP TRIGGER no_result").unwrap();
-    // If recovery re-ran the call, this file would come back.
-    std::fs::remove_file(ws.join("effect.txt")).unwrap();
-
-    let mock = MockServer::start().await.unwrap();
-    let keel = Keel::start(&state, &mock.base_url()).unwrap();
-    let mut client = keel.client().await.unwrap();
-    let snapshot = client.ok("session/get", json!({"session_id": session})).await.unwrap();
-    assert_eq!(snapshot["turn"]["status"], "recoverable");
-    assert_eq!(snapshot["tool_calls"][0]["status"], "interrupted");
-    let history = snapshot["history"].as_array().unwrap();
-    assert_eq!(history[2]["type"], "function_call_output");
-    assert!(history[2]["output"].as_str().unwrap().contains("interrupted"));
-
-    mock.push(Reply::text("I see the write was interrupted; I will check first."));
-    client.ok("events/subscribe", json!({"session_id": session, "after_seq": snapshot["last_seq"]})).await.unwrap();
-    client.ok("turn/resume", json!({"session_id": session})).await.unwrap();
-    let events = client.events_until("turn_finished").await.unwrap();
-    assert!(!kinds(&events).contains(&"tool_call_started".to_string()), "the call was not run again");
-    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
-    assert!(!ws.join("effect.txt").exists(), "the side effect did not happen twice");
-    let request = mock.requests()[0].json.clone().unwrap();
-    let tool_message = request["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap().clone();
-    assert!(tool_message["content"].as_str().unwrap().contains("interrupted"));
-}
-
-#[tokio::test]
 async fn sigterm_interrupts_running_turns_and_a_second_keel_cannot_share_the_state() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
@@ -175,14 +120,20 @@ async fn a_kill_during_a_command_takes_the_command_down_and_recovery_does_not_re
         assert!(std::time::Instant::now() < deadline, "the command outlived keel");
         std::thread::sleep(Duration::from_millis(50));
     }
-    // After the restart the call is interrupted, not run again.
+    // After the restart a person decides about the cut-off command; told to
+    // skip it, keel does not run it again.
     let keel = Keel::start_with(&state, &mock.base_url(), &bundle, &[]).unwrap();
     let mut client = keel.client().await.unwrap();
     let after = client.ok("session/get", json!({"session_id": session})).await.unwrap();
     assert_eq!(after["turn"]["status"], "recoverable");
+    let question = after["interactions"].as_array().unwrap().iter().find(|i| i["status"] == "pending").unwrap().clone();
+    assert_eq!(question["kind"], "interrupted_call");
     mock.push(Reply::text("noted"));
     client.ok("events/subscribe", json!({"session_id": session})).await.unwrap();
-    client.ok("turn/resume", json!({"session_id": session})).await.unwrap();
+    client
+        .ok("interaction/respond", json!({"session_id": session, "interaction_id": question["id"], "decision": "skip"}))
+        .await
+        .unwrap();
     let events = client.events_until("turn_finished").await.unwrap();
     assert_eq!(events.last().unwrap()["data"]["status"], "completed");
     assert_eq!(std::fs::read_to_string(ws.join("runs.txt")).unwrap(), "run\n", "ran exactly once");

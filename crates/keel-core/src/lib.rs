@@ -14,5 +14,5 @@ pub mod recovery;
 pub mod turn;
 
 pub use policy::{Effect, PolicySpec, RuleSpec, Verdict};
-pub use recovery::{ResumePlan, plan_resume};
+pub use recovery::{CallRecord, ResumePlan, plan_resume};
 pub use turn::{Decision, Next, OUTPUT_CONTINUATION, ToolCall, TurnLimits, after_model, after_output_limit};

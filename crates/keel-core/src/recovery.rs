@@ -1,10 +1,10 @@
 //! Continuing a turn from its journal after the process stopped.
 //!
-//! The rule that protects people: a tool call whose intent was journaled but
-//! whose result was not may have had its effect. It is never re-run silently;
-//! the model receives an output saying the call was interrupted and that it
-//! must check before trying again. Calls the model asked for that never
-//! started are safe to run.
+//! The rule that protects people: a tool call that was dispatched but whose
+//! result was not journaled may have had its effect. It runs again only if
+//! its tool is read-only or idempotent, or a person says so; otherwise a
+//! person decides (run again, skip, or enter the result). Calls that were
+//! never dispatched are safe to run.
 
 use std::collections::{HashMap, HashSet};
 
@@ -16,12 +16,21 @@ use crate::turn::{Next, TurnLimits, after_model, step_limit, tool_error};
 /// What resuming a turn does.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResumePlan {
-    /// Outputs to append for calls that were interrupted mid-effect.
-    pub append: Vec<Item>,
-    /// Call ids that get an interrupted output.
-    pub interrupted: Vec<String>,
-    /// Then what the driver does.
+    /// Calls that started, have no result, and may not simply run again
+    /// (side-effecting, and no person said to): a person must decide before
+    /// the turn goes on.
+    pub ask: Vec<String>,
+    /// Then what the driver does (once `ask` is empty).
     pub next: Next,
+}
+
+/// What the journal knows about one call of the turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallRecord {
+    pub status: ToolCallStatus,
+    /// Safe to run again: the tool is read-only or idempotent, or a person
+    /// said to run it again.
+    pub may_rerun: bool,
 }
 
 /// The call ids that already have an output.
@@ -38,42 +47,37 @@ fn answered_calls(items: &[Item]) -> HashSet<&str> {
 /// Plans how to continue a turn.
 ///
 /// `turn_items` is the turn's part of history (from its user message on),
-/// `ledger` the effect-ledger status of each call id of this turn, and
-/// `steps_done` the model round trips already completed.
+/// `ledger` the effect-ledger record of each call id of this turn, and
+/// `steps_done` the model round trips already completed. A call with no
+/// output runs (again) if it was never dispatched (no ledger record, or only
+/// its intent) or may be re-run; one that was dispatched and may not is
+/// put to a person.
 pub fn plan_resume(
     turn_items: &[Item],
-    ledger: &HashMap<String, ToolCallStatus>,
+    ledger: &HashMap<String, CallRecord>,
     steps_done: u32,
     limits: TurnLimits,
 ) -> ResumePlan {
     let answered = answered_calls(turn_items);
-    let mut append = Vec::new();
-    let mut interrupted = Vec::new();
-    let mut unstarted = Vec::new();
+    let mut ask = Vec::new();
+    let mut to_run = Vec::new();
     for item in turn_items {
         if let Item::FunctionCall { call_id, .. } = item {
             if answered.contains(call_id.as_str()) {
                 continue;
             }
             match ledger.get(call_id) {
-                // Never dispatched (no intent, or only the intent): safe.
-                None | Some(ToolCallStatus::Intended) => unstarted.push(item.clone()),
-                Some(_) => {
-                    interrupted.push(call_id.clone());
-                    append.push(Item::FunctionCallOutput {
-                        call_id: call_id.clone(),
-                        output: tool_error(
-                            "this call was interrupted when keel stopped: it started, but its result was never recorded, so its effect may or may not have happened. It was not run again. Check the current state before calling it again",
-                        ),
-                        images: Vec::new(),
-                    });
+                None => to_run.push(item.clone()),
+                Some(record) if record.status == ToolCallStatus::Intended || record.may_rerun => {
+                    to_run.push(item.clone())
                 }
+                Some(_) => ask.push(call_id.clone()),
             }
         }
     }
-    let next = if !unstarted.is_empty() {
-        // Run the calls that never started, exactly as the model asked.
-        let decision = after_model(unstarted, steps_done, TurnLimits { max_steps: u32::MAX, ..limits });
+    let next = if !to_run.is_empty() {
+        // Run the calls exactly as the model asked.
+        let decision = after_model(to_run, steps_done, TurnLimits { max_steps: u32::MAX, ..limits });
         match decision.next {
             Next::RunTools(calls) => Next::RunTools(calls),
             _ => Next::CallModel,
@@ -81,14 +85,14 @@ pub fn plan_resume(
     } else {
         match turn_items.last() {
             // The model's last word was a plain answer: the turn is done.
-            Some(Item::Message { role: keel_protocol::Role::Assistant, .. }) if append.is_empty() => {
+            Some(Item::Message { role: keel_protocol::Role::Assistant, .. }) => {
                 Next::Finish { status: keel_protocol::TurnStatus::Completed, error: None }
             }
             _ if steps_done >= limits.max_steps => step_limit(limits),
             _ => Next::CallModel,
         }
     };
-    ResumePlan { append, interrupted, next }
+    ResumePlan { ask, next }
 }
 
 /// Outputs that close every call in `turn_items` that has none, so history
@@ -129,21 +133,35 @@ mod tests {
         Item::FunctionCall { call_id: id.into(), name: "write_file".into(), arguments: "{}".into() }
     }
 
+    fn record(status: ToolCallStatus, may_rerun: bool) -> CallRecord {
+        CallRecord { status, may_rerun }
+    }
+
     #[test]
-    fn a_started_call_without_result_is_surfaced_not_rerun() {
+    fn a_dispatched_side_effecting_call_is_put_to_a_person() {
         let items = vec![Item::user_text("go"), call("a")];
-        let ledger = HashMap::from([("a".to_string(), ToolCallStatus::Started)]);
+        let ledger = HashMap::from([("a".to_string(), record(ToolCallStatus::Started, false))]);
         let plan = plan_resume(&items, &ledger, 1, TurnLimits::default());
-        assert_eq!(plan.interrupted, vec!["a".to_string()]);
-        assert!(matches!(&plan.append[0], Item::FunctionCallOutput { output, .. } if output.contains("interrupted")));
-        assert_eq!(plan.next, Next::CallModel);
+        assert_eq!(plan.ask, vec!["a".to_string()]);
+    }
+
+    #[test]
+    fn a_rerunnable_or_undispatched_call_runs_again() {
+        let items = vec![Item::user_text("go"), call("a"), call("b")];
+        let ledger = HashMap::from([
+            ("a".to_string(), record(ToolCallStatus::Started, true)),
+            ("b".to_string(), record(ToolCallStatus::Intended, false)),
+        ]);
+        let plan = plan_resume(&items, &ledger, 1, TurnLimits::default());
+        assert!(plan.ask.is_empty());
+        assert!(matches!(plan.next, Next::RunTools(ref c) if c.len() == 2));
     }
 
     #[test]
     fn an_unstarted_call_runs() {
         let items = vec![Item::user_text("go"), call("a")];
         let plan = plan_resume(&items, &HashMap::new(), 1, TurnLimits::default());
-        assert!(plan.append.is_empty());
+        assert!(plan.ask.is_empty());
         assert!(matches!(plan.next, Next::RunTools(ref c) if c[0].call_id == "a"));
     }
 
@@ -167,9 +185,9 @@ mod tests {
             call("a"),
             Item::FunctionCallOutput { call_id: "a".into(), output: "ok".into(), images: Vec::new() },
         ];
-        let ledger = HashMap::from([("a".to_string(), ToolCallStatus::Completed)]);
+        let ledger = HashMap::from([("a".to_string(), record(ToolCallStatus::Completed, false))]);
         let plan = plan_resume(&items, &ledger, 1, TurnLimits::default());
-        assert!(plan.interrupted.is_empty());
+        assert!(plan.ask.is_empty());
         assert_eq!(plan.next, Next::CallModel);
     }
 }

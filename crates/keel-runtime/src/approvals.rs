@@ -18,8 +18,9 @@ use std::sync::Arc;
 use keel_core::policy::{self, Verdict};
 use keel_protocol::ids::{new_id, now_ms};
 use keel_protocol::interaction::{CallRequest, Decision, Digests};
-use keel_protocol::session::SessionInfo;
+use keel_protocol::session::{SessionInfo, ToolCallInfo};
 use keel_protocol::{DecisionKind, Effect, EventKind, InteractionInfo, InteractionKind, InteractionStatus, TurnStatus};
+use keel_protocol::{Item, ToolCallStatus};
 use keel_store::NewEvent;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -245,8 +246,12 @@ impl Runtime {
         }
         if !decision.fits(interaction.kind) {
             return Err(RuntimeError::InvalidParams(format!(
-                "{decision:?} does not answer a {:?} interaction; use allow_once, allow_for_session or deny",
-                interaction.kind
+                "{decision:?} does not answer a {:?} interaction; use {}",
+                interaction.kind,
+                match interaction.kind {
+                    InteractionKind::Approval => "allow_once, allow_for_session or deny",
+                    InteractionKind::InterruptedCall => "run_again, skip or enter_result (with message)",
+                }
             )));
         }
         if interaction.expires_at_ms.is_some_and(|at| at <= now_ms()) {
@@ -266,8 +271,14 @@ impl Runtime {
                 turn_status: slot.state().turn.map(|t| t.status),
             });
         }
+        let closing = match (interaction.kind, decision) {
+            (InteractionKind::InterruptedCall, DecisionKind::Skip | DecisionKind::EnterResult) => {
+                Some(self.closing_output(&slot, &interaction, decision, message.as_deref()).await?)
+            }
+            _ => None,
+        };
         let answer = Decision { decision, message, by: "person".into(), at_ms: now_ms() };
-        let answered = self.answer(&slot, interaction, InteractionStatus::Answered, answer).await?;
+        let answered = self.answer(&slot, interaction, InteractionStatus::Answered, answer, closing).await?;
         self.continue_if_answered(&slot).await?;
         Ok(RespondOutcome {
             status: "applied",
@@ -283,6 +294,7 @@ impl Runtime {
         mut interaction: InteractionInfo,
         status: InteractionStatus,
         decision: Decision,
+        closing: Option<(Item, ToolCallInfo)>,
     ) -> Result<InteractionInfo> {
         interaction.status = status;
         interaction.decision = Some(decision);
@@ -294,10 +306,56 @@ impl Runtime {
             ));
             change.interactions.push(record.clone());
             replace(&mut state.interactions, record.clone());
+            if let Some((item, call)) = closing {
+                change.events.push(NewEvent::new(
+                    EventKind::ToolCallFinished,
+                    json!({ "turn_id": record.turn_id, "call_id": call.call_id, "is_error": call.is_error, "decided_by": {"by": "person", "interaction_id": record.id} }),
+                ));
+                change.tool_calls.push(call);
+                crate::driver::push_item(change, &mut state.info, &record.turn_id, item);
+            }
             Ok(())
         })
         .await?;
         Ok(interaction)
+    }
+
+    /// The output a skipped or person-completed interrupted call gets, and
+    /// its ledger record.
+    async fn closing_output(
+        &self,
+        slot: &SessionSlot,
+        interaction: &InteractionInfo,
+        decision: DecisionKind,
+        message: Option<&str>,
+    ) -> Result<(Item, ToolCallInfo)> {
+        let ledger = self.store().tool_calls(slot.id.clone(), Some(interaction.turn_id.clone())).await?;
+        let Some(mut call) = ledger.into_iter().find(|c| c.call_id == interaction.request.call_id) else {
+            return Err(RuntimeError::NotFound { what: "tool call", id: interaction.request.call_id.clone() });
+        };
+        let (output, status, is_error) = match decision {
+            DecisionKind::EnterResult => (
+                format!(
+                    "(this result was entered by a person after keel stopped mid-call) {}",
+                    message.unwrap_or_default()
+                ),
+                ToolCallStatus::Completed,
+                false,
+            ),
+            _ => (
+                keel_core::turn::tool_error(&format!(
+                    "this call was interrupted when keel stopped; its effect may or may not have happened, and a person chose not to run it again{}. Check the current state before calling it again",
+                    message.map(|m| format!(": {m}")).unwrap_or_default()
+                )),
+                ToolCallStatus::Interrupted,
+                true,
+            ),
+        };
+        call.status = status;
+        call.output = Some(output.clone());
+        call.is_error = is_error;
+        call.finished_at_ms = Some(now_ms());
+        Ok((Item::tool_output(call.call_id.clone(), output), call))
     }
 
     /// Asks again under the current digests.
@@ -333,7 +391,7 @@ impl Runtime {
         let message = "nobody answered the approval request before it expired, so it counts as denied".to_string();
         let answer =
             Decision { decision: DecisionKind::Deny, message: Some(message), by: "keel".into(), at_ms: now_ms() };
-        self.answer(slot, interaction, InteractionStatus::Expired, answer).await?;
+        self.answer(slot, interaction, InteractionStatus::Expired, answer, None).await?;
         self.continue_if_answered(slot).await
     }
 

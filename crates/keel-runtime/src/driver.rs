@@ -291,6 +291,7 @@ impl TurnRun<'_> {
                     _ = cancel.cancelled() => return Ok(Step::Cancelled),
                     output = tool.call(&self.context, call.parsed.clone()) => output,
                 };
+                crate::faults::crash_if("tool_returned");
                 if output.not_run {
                     (output, EventKind::ToolCallRejected, ToolCallStatus::Rejected)
                 } else {

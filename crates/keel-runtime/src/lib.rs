@@ -18,6 +18,7 @@ pub mod config;
 mod driver;
 pub mod error;
 pub mod events;
+mod faults;
 pub mod images;
 pub mod inspect;
 pub mod mcp;

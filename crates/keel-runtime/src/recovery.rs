@@ -10,14 +10,17 @@
 
 use std::collections::HashMap;
 
-use keel_core::plan_resume;
+use keel_core::{CallRecord, plan_resume};
+use keel_protocol::ids::new_id;
 use keel_protocol::ids::now_ms;
+use keel_protocol::interaction::CallRequest;
 use keel_protocol::rpc::TurnControlResponse;
-use keel_protocol::{AttemptStatus, EventKind, ToolCallStatus, TurnStatus};
+use keel_protocol::{AttemptStatus, EventKind, TurnStatus};
+use keel_protocol::{DecisionKind, Effect, InteractionInfo, InteractionKind, InteractionStatus};
 use keel_store::NewEvent;
 use serde_json::json;
 
-use crate::driver::{interrupt, push_item};
+use crate::driver::interrupt;
 use crate::error::{Result, RuntimeError};
 use crate::runtime::Runtime;
 
@@ -81,39 +84,114 @@ impl Runtime {
             return Err(RuntimeError::NotFound { what: "turn", id: turn_id.into() });
         };
         let items = self.store().history(slot.id.clone(), turn.history_start).await?;
-        let ledger = self.store().tool_calls(slot.id.clone(), Some(turn_id.to_string())).await?;
-        let statuses: HashMap<String, ToolCallStatus> = ledger.iter().map(|c| (c.call_id.clone(), c.status)).collect();
-        let plan = plan_resume(&items, &statuses, turn.steps, self.inner.default_limits);
+        let (records, ledger) = self.ledger_records(slot, turn_id).await?;
+        let plan = plan_resume(&items, &records, turn.steps, self.inner.default_limits);
+        let questions = self.interrupted_call_questions(slot, turn_id, &plan.ask, &ledger);
         slot.transact(self.store(), |state, change| {
             let Some(turn) = state.turn.as_mut().filter(|t| t.id == turn_id && t.status == TurnStatus::Interrupted)
             else {
                 return Err(RuntimeError::Conflict(format!("turn {turn_id} is not interrupted")));
             };
             turn.status = TurnStatus::Recoverable;
-            for item in plan.append.iter().cloned() {
-                if let keel_protocol::Item::FunctionCallOutput { call_id, output, .. } = &item
-                    && let Some(mut call) = ledger.iter().find(|c| &c.call_id == call_id).cloned()
-                {
-                    call.status = ToolCallStatus::Interrupted;
-                    call.output = Some(output.clone());
-                    call.is_error = true;
-                    call.finished_at_ms = Some(now_ms());
-                    change.events.push(NewEvent::new(
-                        EventKind::ToolCallInterrupted,
-                        json!({ "turn_id": turn_id, "call_id": call_id }),
-                    ));
-                    change.tool_calls.push(call);
-                }
-                push_item(change, &mut state.info, turn_id, item);
+            for question in &questions {
+                change.events.push(NewEvent::new(
+                    EventKind::ToolCallInterrupted,
+                    json!({ "turn_id": turn_id, "call_id": question.request.call_id, "interaction_id": question.id }),
+                ));
+                change.events.push(NewEvent::new(EventKind::InteractionRequested, json!({ "interaction": question })));
+                change.interactions.push(question.clone());
+                state.interactions.push(question.clone());
             }
             change.events.push(NewEvent::new(
                 EventKind::TurnRecoverable,
-                json!({ "turn_id": turn_id, "interrupted_calls": plan.interrupted }),
+                json!({ "turn_id": turn_id, "interrupted_calls": plan.ask }),
             ));
             Ok(())
         })
         .await?;
         Ok(())
+    }
+
+    /// The effect-ledger records of a turn's calls, with whether each may
+    /// run again: its tool is read-only or idempotent, or a person said so.
+    pub(crate) async fn ledger_records(
+        &self,
+        slot: &crate::slot::SessionSlot,
+        turn_id: &str,
+    ) -> Result<(HashMap<String, CallRecord>, Vec<keel_protocol::session::ToolCallInfo>)> {
+        let ledger = self.store().tool_calls(slot.id.clone(), Some(turn_id.to_string())).await?;
+        let state = slot.state();
+        let spec: crate::bundle::CoworkerSpec =
+            serde_json::from_value((*state.info.coworker_spec).clone()).unwrap_or_else(|_| empty_spec());
+        // A session whose tools changed cannot be bound; then nothing is
+        // assumed safe to repeat.
+        let tools = self.bind_tools(&spec).unwrap_or_default();
+        let run_again: std::collections::HashSet<&str> = state
+            .interactions
+            .iter()
+            .filter(|i| {
+                i.turn_id == turn_id
+                    && i.kind == InteractionKind::InterruptedCall
+                    && i.decision.as_ref().is_some_and(|d| d.decision == DecisionKind::RunAgain)
+            })
+            .map(|i| i.request.call_id.as_str())
+            .collect();
+        let records = ledger
+            .iter()
+            .map(|call| {
+                let effect = tools.by_name.get(&call.name).map(|b| b.tool.descriptor().effect).unwrap_or_default();
+                let may_rerun = matches!(effect, Effect::ReadOnly | Effect::Idempotent)
+                    || run_again.contains(call.call_id.as_str());
+                (call.call_id.clone(), CallRecord { status: call.status, may_rerun })
+            })
+            .collect();
+        Ok((records, ledger))
+    }
+
+    /// Questions for dispatched side-effecting calls without a result that
+    /// have none yet.
+    fn interrupted_call_questions(
+        &self,
+        slot: &crate::slot::SessionSlot,
+        turn_id: &str,
+        ask: &[String],
+        ledger: &[keel_protocol::session::ToolCallInfo],
+    ) -> Vec<InteractionInfo> {
+        let state = slot.state();
+        let spec: crate::bundle::CoworkerSpec =
+            serde_json::from_value((*state.info.coworker_spec).clone()).unwrap_or_else(|_| empty_spec());
+        let tools = self.bind_tools(&spec).unwrap_or_default();
+        ask.iter()
+            .filter(|call_id| {
+                !state.interactions.iter().any(|i| {
+                    i.turn_id == turn_id && &i.request.call_id == *call_id && i.kind == InteractionKind::InterruptedCall
+                })
+            })
+            .filter_map(|call_id| ledger.iter().find(|c| &c.call_id == call_id))
+            .map(|call| {
+                let qualified = tools.by_name.get(&call.name).map(|b| b.qualified.clone()).unwrap_or_else(|| call.name.clone());
+                InteractionInfo {
+                    id: new_id("int"),
+                    session_id: slot.id.clone(),
+                    turn_id: turn_id.to_string(),
+                    kind: InteractionKind::InterruptedCall,
+                    status: InteractionStatus::Pending,
+                    request: CallRequest {
+                        call_id: call.call_id.clone(),
+                        digests: crate::approvals::digests(&state.info, &spec, &qualified),
+                        tool: qualified,
+                        name: call.name.clone(),
+                        arguments: call.arguments.clone(),
+                        reason: "this side-effecting call started before keel stopped and has no recorded result, so its effect may or may not have happened: run it again, skip it, or enter its result".into(),
+                    },
+                    attended: state.info.attended,
+                    created_at_ms: now_ms(),
+                    expires_at_ms: None,
+                    decision: None,
+                    superseded_by: None,
+                }
+            })
+            .collect()
     }
 
     /// Continues the session's `recoverable` (or `interrupted`) turn.
@@ -167,9 +245,13 @@ impl Runtime {
             return Err(RuntimeError::NotFound { what: "turn", id: turn_id.into() });
         };
         let items = self.store().history(slot.id.clone(), turn.history_start).await?;
-        let ledger = self.store().tool_calls(slot.id.clone(), Some(turn.id.clone())).await?;
-        let statuses: HashMap<String, ToolCallStatus> = ledger.iter().map(|c| (c.call_id.clone(), c.status)).collect();
-        let plan = plan_resume(&items, &statuses, turn.steps, self.inner.default_limits);
+        let (records, _) = self.ledger_records(slot, turn_id).await?;
+        let plan = plan_resume(&items, &records, turn.steps, self.inner.default_limits);
+        if let Some(call_id) = plan.ask.first() {
+            return Err(RuntimeError::Conflict(format!(
+                "the call {call_id} may have had its effect; a person must decide whether to run it again before the turn goes on"
+            )));
+        }
         let turn_id = turn.id.clone();
         slot.transact(self.store(), |state, change| {
             if let Some(turn) = state.turn.as_mut() {
@@ -181,5 +263,25 @@ impl Runtime {
         .await?;
         self.spawn_driver(slot.clone(), turn_id, plan.next);
         Ok(())
+    }
+}
+
+/// A stand-in when a session's pinned coworker cannot be read: no tools, so
+/// nothing is assumed safe to repeat.
+fn empty_spec() -> crate::bundle::CoworkerSpec {
+    crate::bundle::CoworkerSpec {
+        description: String::new(),
+        model: String::new(),
+        instructions: String::new(),
+        tools: Vec::new(),
+        resources: Default::default(),
+        policies: Default::default(),
+        approval_timeout_secs: None,
+        compaction: None,
+        fallback_models: Vec::new(),
+        max_steps: None,
+        max_output_tokens: None,
+        prices: Default::default(),
+        tool_digests: Default::default(),
     }
 }

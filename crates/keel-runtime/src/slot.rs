@@ -132,6 +132,9 @@ impl SessionSlot {
         }
         change.session = Some(next.info.clone());
         let events = store.commit(change).await.map_err(RuntimeError::Store)?;
+        for event in &events {
+            crate::faults::crash_if(&event.kind);
+        }
         self.replace_state(next);
         committed();
         self.publish_events(&events);

@@ -85,6 +85,11 @@ impl Keel {
         let _ = self.child.wait();
     }
 
+    /// Whether the process has exited (for crash-point tests).
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
     /// SIGKILL: no shutdown code runs.
     pub fn kill(mut self) {
         let _ = self.child.kill();
