@@ -109,6 +109,18 @@ pub struct TurnInfo {
     pub usage: Usage,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+    /// A person's messages for this turn (`turn/steer`) not yet delivered:
+    /// the driver adds them to history before its next model request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_steers: Vec<Steer>,
+}
+
+/// A person's message for a running turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Steer {
+    pub submission_id: String,
+    pub text: String,
+    pub at_ms: i64,
 }
 
 /// One request to a model provider, kept apart from history.

@@ -347,6 +347,52 @@ impl Runtime {
         })
     }
 
+    /// Delivers a person's message to the session's unfinished turn before
+    /// its next model request. Idempotent by `submission_id`; journaled with
+    /// the turn, so a steer accepted before a crash is delivered after it.
+    pub async fn steer_turn(&self, session_id: &str, submission_id: &str, text: &str) -> Result<TurnStartResponse> {
+        if submission_id.trim().is_empty() {
+            return Err(RuntimeError::InvalidParams("submission_id must not be empty".into()));
+        }
+        if text.trim().is_empty() {
+            return Err(RuntimeError::InvalidParams("text must not be empty".into()));
+        }
+        let slot = self.slot(session_id)?;
+        let _control = slot.control.lock().await;
+        if let Some(turn_id) = self.store().submission(session_id.into(), submission_id.into()).await? {
+            return Ok(TurnStartResponse { turn_id, duplicate: true });
+        }
+        let Some(turn) = slot.state().turn.filter(|t| !t.status.is_terminal()) else {
+            return Err(RuntimeError::Conflict(
+                "the session has no unfinished turn to steer; start one with turn/start".into(),
+            ));
+        };
+        let turn_id = turn.id.clone();
+        let steer = keel_protocol::session::Steer {
+            submission_id: submission_id.to_string(),
+            text: text.to_string(),
+            at_ms: now_ms(),
+        };
+        slot.transact(self.store(), |state, change| {
+            let Some(turn) = state.turn.as_mut().filter(|t| t.id == turn_id) else {
+                return Err(RuntimeError::Conflict("the turn ended meanwhile; start a new one with turn/start".into()));
+            };
+            turn.pending_steers.push(steer.clone());
+            change.submission = Some(SubmissionRecord {
+                submission_id: submission_id.to_string(),
+                turn_id: turn_id.clone(),
+                text: text.to_string(),
+            });
+            change.events.push(NewEvent::new(
+                EventKind::TurnSteered,
+                json!({ "turn_id": turn_id, "submission_id": submission_id, "text": text }),
+            ));
+            Ok(())
+        })
+        .await?;
+        Ok(TurnStartResponse { turn_id, duplicate: false })
+    }
+
     /// Starts a turn for a submission, or returns the turn an earlier
     /// submission with the same id started.
     pub async fn start_turn(&self, session_id: &str, submission_id: &str, text: &str) -> Result<TurnStartResponse> {
@@ -410,6 +456,7 @@ impl Runtime {
                 usage: Usage::default(),
                 created_at_ms: now,
                 updated_at_ms: now,
+                pending_steers: Vec::new(),
             });
             state.info.current_turn_id = Some(turn_id.clone());
             state.info.history_len += 1;

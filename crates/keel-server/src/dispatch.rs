@@ -21,6 +21,7 @@ pub const METHODS: &[&str] = &[
     "turn/start",
     "turn/interrupt",
     "turn/resume",
+    "turn/steer",
     "interaction/respond",
     "inbox/list",
     "events/subscribe",
@@ -82,6 +83,10 @@ pub(crate) async fn call(
         "turn/resume" => {
             let p: SessionIdParams = params(raw)?;
             result(runtime.resume_turn(&p.session_id).await.map_err(rt)?)
+        }
+        "turn/steer" => {
+            let p: TurnStartParams = params(raw)?;
+            result(runtime.steer_turn(&p.session_id, &p.submission_id, &p.text).await.map_err(rt)?)
         }
         "interaction/respond" => {
             let p: InteractionRespondParams = params(raw)?;

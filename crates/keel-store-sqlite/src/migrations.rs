@@ -10,7 +10,12 @@ use rusqlite::Connection;
 
 use crate::backend;
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2)];
+const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3)];
+
+/// A person's undelivered messages for a running turn (`turn/steer`).
+const V3: &str = "
+ALTER TABLE turns ADD COLUMN pending_steers TEXT NOT NULL DEFAULT '[]';
+";
 
 /// Provider attempts and output-limit continuations per turn.
 const V2: &str = "

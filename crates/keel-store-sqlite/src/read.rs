@@ -58,7 +58,7 @@ pub fn session(conn: &Connection, id: &str) -> Result<Option<SessionInfo>> {
     st.query_row([id], session_row).optional().map_err(backend)?.transpose()
 }
 
-const TURN_COLUMNS: &str = "id, session_id, submission_id, status, steps, history_start, error, usage, created_at_ms, updated_at_ms, attempts, continuations";
+const TURN_COLUMNS: &str = "id, session_id, submission_id, status, steps, history_start, error, usage, created_at_ms, updated_at_ms, attempts, continuations, pending_steers";
 
 fn turn_row(row: &Row<'_>) -> rusqlite::Result<Result<TurnInfo>> {
     let status: String = row.get(3)?;
@@ -79,6 +79,7 @@ fn turn_row(row: &Row<'_>) -> rusqlite::Result<Result<TurnInfo>> {
             updated_at_ms: row.get(9).map_err(backend)?,
             attempts: row.get(10).map_err(backend)?,
             continuations: row.get(11).map_err(backend)?,
+            pending_steers: json("turns", &row.get::<_, String>(12).map_err(backend)?)?,
         })
     })())
 }

@@ -114,11 +114,12 @@ fn apply(conn: &Connection, change: &Change) -> Result<Vec<Event>> {
         let error = t.error.as_ref().map(to_json).transpose()?;
         conn.prepare_cached(
             "INSERT INTO turns (id, session_id, submission_id, status, steps, history_start, error, usage, created_at_ms,
-                updated_at_ms, attempts, continuations)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+                updated_at_ms, attempts, continuations, pending_steers)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
              ON CONFLICT (id) DO UPDATE SET status = excluded.status, steps = excluded.steps,
                 error = excluded.error, usage = excluded.usage, updated_at_ms = excluded.updated_at_ms,
-                attempts = excluded.attempts, continuations = excluded.continuations",
+                attempts = excluded.attempts, continuations = excluded.continuations,
+                pending_steers = excluded.pending_steers",
         )
         .and_then(|mut st| {
             st.execute(params![
@@ -134,6 +135,7 @@ fn apply(conn: &Connection, change: &Change) -> Result<Vec<Event>> {
                 t.updated_at_ms,
                 t.attempts,
                 t.continuations,
+                to_json(&t.pending_steers).unwrap_or_else(|_| "[]".into()),
             ])
         })
         .map_err(backend)?;

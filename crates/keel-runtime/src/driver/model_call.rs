@@ -33,6 +33,7 @@ enum Outcome {
 impl TurnRun<'_> {
     /// One model round trip. `None` means the turn was cancelled.
     pub(super) async fn call_model(&mut self, cancel: &CancellationToken) -> Result<Option<Next>> {
+        self.deliver_steers().await?;
         let step = self.slot.turn_steps() + 1;
         let mut tries_on_model = 0u32;
         loop {
@@ -231,6 +232,31 @@ impl TurnRun<'_> {
             self.instructions,
             serde_json::Value::Object(live)
         )
+    }
+
+    /// Moves a person's pending messages for this turn into history, in
+    /// one commit, before the next model request.
+    async fn deliver_steers(&mut self) -> Result<()> {
+        let pending = self.slot.state().turn.map(|t| t.pending_steers).unwrap_or_default();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let turn_id = self.turn_id;
+        let mut delivered = Vec::new();
+        self.slot
+            .transact(self.runtime.store(), |state, change| {
+                let Some(turn) = state.turn.as_mut() else { return Ok(()) };
+                let steers = std::mem::take(&mut turn.pending_steers);
+                for steer in steers {
+                    let item = Item::user_text(steer.text);
+                    push_item(change, &mut state.info, turn_id, item.clone());
+                    delivered.push(item);
+                }
+                Ok(())
+            })
+            .await?;
+        self.history.extend(delivered);
+        Ok(())
     }
 
     /// The images the model may see in this request: those still in the
