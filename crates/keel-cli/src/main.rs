@@ -35,6 +35,14 @@ enum Command {
     Events(cmd::inspect::EventsArgs),
     /// Check a bundle and report every problem with file, line and a fix.
     Validate(cmd::validate::Args),
+    /// Questions waiting for a person, across sessions (needs `keel serve`).
+    Inbox(cmd::client::InboxArgs),
+    /// Allow a waiting call (`--for-session` to grant the tool).
+    Approve(cmd::client::DecideArgs),
+    /// Deny a waiting call (`--message` tells the model why).
+    Deny(cmd::client::DecideArgs),
+    /// Send a message to a session's running turn (`turn/steer`).
+    Msg(cmd::client::MsgArgs),
     /// Check this machine: the sandbox, the local model, and the MCP
     /// servers of the given bundles.
     Doctor(cmd::doctor::Args),
@@ -69,6 +77,10 @@ fn main() -> ExitCode {
             Command::Events(args) => cmd::inspect::events(state, args).await,
             Command::Validate(args) => cmd::validate::run(args),
             Command::Doctor(args) => cmd::doctor::run(args).await,
+            Command::Inbox(args) => cmd::client::inbox(state, args).await,
+            Command::Approve(args) => cmd::client::decide(state, args, true).await,
+            Command::Deny(args) => cmd::client::decide(state, args, false).await,
+            Command::Msg(args) => cmd::client::msg(state, args).await,
         }
     });
     match result {

@@ -314,3 +314,51 @@ async fn an_unanswered_question_expires_as_denied_and_says_so() {
         .unwrap_err();
     assert!(late.message.contains("expired"), "{}", late.message);
 }
+
+fn keel_cli(state: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_keel")).arg("--state").arg(state).args(args).output().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_lists_the_inbox_and_answers_through_the_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = support::workspace(&dir);
+    let state = dir.path().join("state");
+    let mock = MockServer::start().await.unwrap();
+    mock.push(shell("c1", "echo first >> effects.txt"));
+    mock.push(shell("c2", "echo second >> effects.txt"));
+    mock.push(Reply::text("done"));
+    let keel = Keel::start_with(&state, &mock.base_url(), &bundle(dir.path(), ""), &[]).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let id = session(&mut client, &ws, false).await;
+    start(&mut client, &id, "s1").await;
+    client.events_until("turn_waiting").await.unwrap();
+    let inbox = keel_cli(&state, &["inbox", "--json"]);
+    assert!(inbox.status.success(), "{}", String::from_utf8_lossy(&inbox.stderr));
+    let pending: Value = serde_json::from_slice(&inbox.stdout).unwrap();
+    let first = pending[0]["id"].as_str().unwrap().to_string();
+    let human = String::from_utf8_lossy(&keel_cli(&state, &["inbox"]).stdout).into_owned();
+    assert!(human.contains(&first) && human.contains("shell.run"), "{human}");
+    let approved = keel_cli(&state, &["approve", &id, &first]);
+    assert!(approved.status.success(), "{}", String::from_utf8_lossy(&approved.stderr));
+    // The second call asks again (allow_once is not a grant); deny it.
+    let events = client.events_until("turn_waiting").await.unwrap();
+    let second = events.iter().rfind(|e| e["kind"] == "interaction_requested").unwrap()["data"]["interaction"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(second, first);
+    let denied = keel_cli(&state, &["deny", &id, &second, "--message", "once is enough"]);
+    assert!(denied.status.success(), "{}", String::from_utf8_lossy(&denied.stderr));
+    let events = client.events_until("turn_finished").await.unwrap();
+    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+    assert_eq!(std::fs::read_to_string(ws.join("effects.txt")).unwrap(), "first\n");
+    // Answering twice from the CLI fails clearly.
+    let twice = keel_cli(&state, &["approve", &id, &first]);
+    assert!(!twice.status.success());
+    assert!(String::from_utf8_lossy(&twice.stderr).contains("already answered"));
+    // No running turn to message.
+    let msg = keel_cli(&state, &["msg", &id, "hello"]);
+    assert!(!msg.status.success());
+    assert!(String::from_utf8_lossy(&msg.stderr).contains("no unfinished turn"));
+}

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod client;
 pub mod doctor;
 pub mod inspect;
 pub mod run;

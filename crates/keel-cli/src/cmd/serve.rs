@@ -58,10 +58,17 @@ pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         let address = listener.local_addr()?;
+        // Where `keel inbox`, `approve`, `deny` and `msg` find this server;
+        // removed on a clean stop (a stale one is harmless: the lock says
+        // whether a keel owns the state).
+        let endpoint = state.join(crate::cmd::client::ENDPOINT_FILE);
+        std::fs::write(&endpoint, format!("ws://{address}\n"))
+            .with_context(|| format!("cannot write {}", endpoint.display()))?;
         eprintln!("keel: serving JSON-RPC on ws://{address}");
         eprintln!("keel: state directory {}", state.display());
         eprintln!("keel: the API token is in {} (send it as Authorization: Bearer <token>)", token_path.display());
         keel_server::ws::serve_ws(listener, runtime.clone(), token, shutdown.clone()).await;
+        let _ = std::fs::remove_file(&endpoint);
     }
     signal_task.abort();
     runtime.shutdown().await;
