@@ -47,6 +47,14 @@ pub fn retry_from_env() -> anyhow::Result<RetryPolicy> {
     Ok(policy)
 }
 
+/// The provider API keys in the environment, which must never be journaled.
+pub fn secrets_from_env() -> Vec<(String, String)> {
+    ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"]
+        .iter()
+        .filter_map(|name| std::env::var(name).ok().map(|value| (name.to_string(), value)))
+        .collect()
+}
+
 /// Whether the environment names any remote provider.
 pub fn any_remote_configured() -> bool {
     ["OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"]

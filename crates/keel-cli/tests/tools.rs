@@ -303,3 +303,41 @@ async fn an_mcp_server_over_streamable_http_is_called_through_a_turn() {
     let snapshot = client.ok("session/get", json!({"session_id": id})).await.unwrap();
     assert!(outputs(&snapshot)[0].contains("42"), "{:?}", outputs(&snapshot));
 }
+
+#[tokio::test]
+async fn secrets_never_reach_the_journal_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = support::workspace(&dir);
+    let state = dir.path().join("state");
+    let planted = "sk-planted-secret-7f3a9c0d1e2b";
+    let mock = MockServer::start().await.unwrap();
+    // The tool prints the secret its policy passes it; the model repeats it.
+    mock.push(Reply::tool_call("c1", "shell__run", r#"{"command": "echo key=$PLANTED_KEY; env"}"#));
+    mock.push(Reply::text(format!("The key is {planted}.")));
+    let extra = "[coworkers.w.resources]\nenv = [\"PLANTED_KEY\"]\n";
+    let bundle = bundle(dir.path(), "\"shell.run\"", extra);
+    let keel = Keel::start_with(&state, &mock.base_url(), &bundle, &[("PLANTED_KEY", planted)]).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let id = session(&mut client, &ws).await;
+    client.ok("turn/start", json!({"session_id": id, "submission_id": "s1", "text": "show me the key"})).await.unwrap();
+    let events = client.events_until("turn_finished").await.unwrap();
+    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+    let snapshot = client.ok("session/get", json!({"session_id": id})).await.unwrap();
+    let output = outputs(&snapshot).remove(0);
+    assert!(output.contains("key=[redacted:PLANTED_KEY]"), "the tool ran with it, the journal got a mark: {output}");
+    drop(client);
+    keel.terminate();
+    keel.wait();
+    // Grep every file of the state directory, the database and its WAL.
+    for entry in std::fs::read_dir(&state).unwrap().flatten() {
+        let bytes = std::fs::read(entry.path()).unwrap_or_default();
+        let found = bytes.windows(planted.len()).any(|w| w == planted.as_bytes());
+        assert!(!found, "{} holds the planted key", entry.path().display());
+        let api_key = b"sk-test-key";
+        assert!(
+            !bytes.windows(api_key.len()).any(|w| w == api_key),
+            "{} holds the provider key",
+            entry.path().display()
+        );
+    }
+}

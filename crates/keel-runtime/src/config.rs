@@ -72,6 +72,9 @@ pub struct RuntimeConfig {
     pub runner: keel_runner::RunnerCommand,
     /// How long a session's runner may sit idle before it is stopped.
     pub runner_idle: std::time::Duration,
+    /// Secret values by name (provider API keys) that must never be
+    /// journaled; see `crate::secrets`.
+    pub secrets: Vec<(String, String)>,
 }
 
 impl RuntimeConfig {
@@ -89,6 +92,7 @@ impl RuntimeConfig {
                 args: vec![keel_runner::RUNNER_ARG.into()],
             }),
             runner_idle: std::time::Duration::from_secs(60),
+            secrets: Vec::new(),
         }
     }
 }

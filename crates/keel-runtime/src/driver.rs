@@ -219,7 +219,7 @@ impl TurnRun<'_> {
             call_id: call.call_id.clone(),
             turn_id: self.turn_id.to_string(),
             name: call.name.clone(),
-            arguments: call.arguments.clone(),
+            arguments: crate::secrets::redact(&call.arguments).into_owned(),
             status: ToolCallStatus::Intended,
             output: None,
             is_error: false,
@@ -299,6 +299,8 @@ impl TurnRun<'_> {
                 }
             }
         };
+        let mut output = output;
+        output.text = crate::secrets::redact(&output.text).into_owned();
         ledger.status = status;
         ledger.output = Some(output.text.clone());
         ledger.is_error = output.is_error;
@@ -343,6 +345,7 @@ pub(crate) fn push_item(
     turn_id: &str,
     item: Item,
 ) {
+    let item = crate::secrets::redact_item(item);
     let index = info.history_len;
     info.history_len += 1;
     change

@@ -26,6 +26,7 @@ pub mod metrics;
 mod recovery;
 pub mod retry;
 mod runtime;
+pub mod secrets;
 mod slot;
 pub mod state_dir;
 pub mod tools;

@@ -87,6 +87,7 @@ impl Runtime {
         }
         let bundles = config.bundles.iter().map(|dir| Bundle::load(dir)).collect::<Result<Vec<_>>>()?;
         check_unique_coworkers(&bundles)?;
+        register_secrets(&config, &bundles);
         let mcp = crate::mcp::McpTools::start(&bundles)?;
         let state_dir = config.state_dir.canonicalize().unwrap_or_else(|_| config.state_dir.clone());
         let dir = config.state_dir.clone();
@@ -580,6 +581,28 @@ impl Runtime {
     pub fn idle_runners(&self) -> usize {
         self.inner.runner.idle_runners()
     }
+}
+
+/// Registers every value keel knows to be secret: the configured ones
+/// (provider keys), the environment values coworkers pass to tools, and MCP
+/// servers' environment and header values.
+fn register_secrets(config: &RuntimeConfig, bundles: &[Bundle]) {
+    let mut secrets = config.secrets.clone();
+    for bundle in bundles {
+        for spec in bundle.coworkers.values() {
+            for name in &spec.resources.env {
+                if let Ok(value) = std::env::var(name) {
+                    secrets.push((name.clone(), value));
+                }
+            }
+        }
+        for (server, spec) in &bundle.mcp_servers {
+            for (name, value) in spec.env.iter().chain(&spec.headers) {
+                secrets.push((format!("{server}.{name}"), value.clone()));
+            }
+        }
+    }
+    crate::secrets::register(secrets);
 }
 
 fn check_unique_coworkers(bundles: &[Bundle]) -> Result<()> {

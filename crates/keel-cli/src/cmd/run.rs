@@ -36,6 +36,7 @@ pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
     config.bundles = vec![args.bundle];
     config.providers = crate::providers::from_env()?;
     config.retry = crate::providers::retry_from_env()?;
+    config.secrets = crate::providers::secrets_from_env();
     config.model_override = match args.model {
         Some(model) => Some(model),
         None if !crate::providers::any_remote_configured() => {

@@ -38,6 +38,7 @@ pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
     config.bundles = args.bundles;
     config.providers = crate::providers::from_env()?;
     config.retry = crate::providers::retry_from_env()?;
+    config.secrets = crate::providers::secrets_from_env();
     config.model_override = args.model;
     let runtime = Runtime::open(config).await?;
     let recovered = runtime.recover().await?;

@@ -192,7 +192,7 @@ impl TurnRun<'_> {
             result = provider.stream(&request, &on_delta) => Some(result),
         };
         self.provider_time += clock.elapsed();
-        attempt.text = streamed.lock().map(|s| s.clone()).unwrap_or_default();
+        attempt.text = streamed.lock().map(|s| crate::secrets::redact(&s).into_owned()).unwrap_or_default();
         attempt.finished_at_ms = Some(now_ms());
         let outcome = match result {
             None => {
@@ -248,7 +248,7 @@ impl TurnRun<'_> {
                 let Some(turn) = state.turn.as_mut() else { return Ok(()) };
                 let steers = std::mem::take(&mut turn.pending_steers);
                 for steer in steers {
-                    let item = Item::user_text(steer.text);
+                    let item = crate::secrets::redact_item(Item::user_text(steer.text));
                     push_item(change, &mut state.info, turn_id, item.clone());
                     delivered.push(item);
                 }
@@ -321,6 +321,7 @@ impl TurnRun<'_> {
         completed: Option<(u32, bool)>,
     ) -> Result<()> {
         let usage = attempt.usage;
+        let items: Vec<Item> = items.into_iter().map(crate::secrets::redact_item).collect();
         let finished = json!({
             "turn_id": attempt.turn_id, "attempt_id": attempt.id, "attempt": attempt.attempt, "status": attempt.status,
             "usage": attempt.usage, "finish_reason": attempt.finish_reason, "error": attempt.error,
