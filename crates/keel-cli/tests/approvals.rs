@@ -362,3 +362,71 @@ async fn the_cli_lists_the_inbox_and_answers_through_the_running_server() {
     assert!(!msg.status.success());
     assert!(String::from_utf8_lossy(&msg.stderr).contains("no unfinished turn"));
 }
+
+#[tokio::test]
+async fn taint_stops_an_outbound_call_after_a_private_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = support::workspace(&dir);
+    std::fs::write(ws.join("salaries.txt"), "alice 100").unwrap();
+    let mock = MockServer::start().await.unwrap();
+    mock.push(shell("c1", "echo before"));
+    mock.push(Reply::tool_call("c2", "fs__read_file", r#"{"path": "salaries.txt"}"#));
+    mock.push(shell("c3", "echo after"));
+    mock.push(Reply::text("done"));
+    let taint = r#"policies = { "shell.run" = "allow" }
+
+[coworkers.w.taint]
+sources = { "fs.read_file" = "private" }
+outbound = { "shell.run" = "internal" }
+on_violation = "ask""#;
+    let keel = Keel::start_with(&dir.path().join("state"), &mock.base_url(), &bundle(dir.path(), taint), &[]).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let id = session(&mut client, &ws, true).await;
+    start(&mut client, &id, "s1").await;
+    let events = client.events_until("turn_waiting").await.unwrap();
+    // Before the private read the outbound call ran, and that was journaled.
+    let first = events.iter().find(|e| e["kind"] == "tool_call_intended").unwrap();
+    assert_eq!(first["data"]["decided_by"]["taint"]["violation"], false);
+    let asked = events.iter().find(|e| e["kind"] == "interaction_requested").unwrap()["data"]["interaction"].clone();
+    assert_eq!(asked["request"]["call_id"], "c3");
+    let reason = asked["request"]["reason"].as_str().unwrap();
+    assert!(reason.contains("taint: the context holds private data"), "{reason}");
+    let snapshot = client.ok("session/get", json!({"session_id": id})).await.unwrap();
+    assert!(snapshot["session"]["labels"].as_object().unwrap().values().any(|l| l == "private"), "{snapshot}");
+    client
+        .ok(
+            "interaction/respond",
+            json!({"session_id": id, "interaction_id": asked["id"], "decision": "deny", "message": "private data stays here"}),
+        )
+        .await
+        .unwrap();
+    let events = client.events_until("turn_finished").await.unwrap();
+    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+    let snapshot = client.ok("session/get", json!({"session_id": id})).await.unwrap();
+    assert!(outputs(&snapshot)[2].contains("private data stays here"));
+}
+
+#[tokio::test]
+async fn taint_can_deny_outright() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = support::workspace(&dir);
+    std::fs::write(ws.join("salaries.txt"), "alice 100").unwrap();
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::tool_call("c1", "fs__read_file", r#"{"path": "salaries.txt"}"#));
+    mock.push(shell("c2", "echo leak"));
+    mock.push(Reply::text("done"));
+    let taint = r#"policies = { "shell.run" = "allow" }
+
+[coworkers.w.taint]
+sources = { "fs.*" = "private" }
+outbound = { "shell.run" = "public" }
+on_violation = "deny""#;
+    let keel = Keel::start_with(&dir.path().join("state"), &mock.base_url(), &bundle(dir.path(), taint), &[]).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let id = session(&mut client, &ws, false).await;
+    start(&mut client, &id, "s1").await;
+    let events = client.events_until("turn_finished").await.unwrap();
+    assert!(events.iter().all(|e| e["kind"] != "interaction_requested"));
+    let snapshot = client.ok("session/get", json!({"session_id": id})).await.unwrap();
+    assert!(outputs(&snapshot)[1].contains("denied by taint tracking"), "{:?}", outputs(&snapshot));
+}

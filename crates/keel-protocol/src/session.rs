@@ -76,6 +76,21 @@ pub struct SessionInfo {
     /// Tokens used by every attempt of every turn.
     #[serde(default)]
     pub usage: Usage,
+    /// Sensitivity of history items above `public`, by index, set by the
+    /// runtime from where the data came from (never by the model).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<u64, Sensitivity>,
+}
+
+/// How sensitive a piece of the context is. Ordered: `public < internal <
+/// private`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sensitivity {
+    #[default]
+    Public,
+    Internal,
+    Private,
 }
 
 /// Why a turn failed.

@@ -82,11 +82,33 @@ pub(crate) async fn gate(
     call: GateCall<'_>,
 ) -> Result<Gate> {
     let rule = policy::find(&spec.policies, call.qualified);
-    let decision = policy::evaluate(rule, call.qualified, call.effect, call.parsed);
+    let mut decision = policy::evaluate(rule, call.qualified, call.effect, call.parsed);
+    // Taint: an outbound call while the context holds data above its
+    // clearance is decided by `on_violation`, whatever the policy says.
+    let taint = taint_check(&slot.state().info, spec, call.qualified);
+    if let Some(check) = &taint
+        && check.violation
+    {
+        let verdict = spec.taint.on_violation.unwrap_or(Verdict::Ask);
+        let rule = format!(
+            "taint: the context holds {} data and {} may only carry {} data out",
+            label_name(check.context),
+            call.qualified,
+            label_name(check.clearance)
+        );
+        if verdict != Verdict::Allow {
+            decision = policy::Decision { verdict, rule };
+        }
+    }
+    let taint_record = taint.as_ref().map(|c| {
+        json!({ "context": c.context, "clearance": c.clearance, "violation": c.violation, "verdict": decision.verdict })
+    });
     match decision.verdict {
-        Verdict::Allow => return Ok(Gate::Run(json!({ "by": "policy", "rule": decision.rule }))),
+        Verdict::Allow => {
+            return Ok(Gate::Run(json!({ "by": "policy", "rule": decision.rule, "taint": taint_record })));
+        }
         Verdict::Deny => {
-            return Ok(Gate::Refuse(format!("the call was not run: the policy denies it ({})", decision.rule)));
+            return Ok(Gate::Refuse(format!("the call was not run: {}", deny_reason(&decision.rule))));
         }
         Verdict::Ask => {}
     }
@@ -152,6 +174,36 @@ pub(crate) async fn gate(
     };
     park(runtime, slot, call.turn_id, interaction).await?;
     Ok(Gate::Park)
+}
+
+/// The taint facts of an outbound call.
+pub(crate) struct TaintCheck {
+    pub context: keel_protocol::session::Sensitivity,
+    pub clearance: keel_protocol::session::Sensitivity,
+    pub violation: bool,
+}
+
+/// `None` unless `tool` sends data out.
+fn taint_check(info: &SessionInfo, spec: &CoworkerSpec, tool: &str) -> Option<TaintCheck> {
+    let clearance = spec.taint.clearance(tool)?;
+    let context = info.labels.values().copied().max().unwrap_or_default();
+    Some(TaintCheck { context, clearance, violation: context > clearance })
+}
+
+fn label_name(label: keel_protocol::session::Sensitivity) -> &'static str {
+    match label {
+        keel_protocol::session::Sensitivity::Public => "public",
+        keel_protocol::session::Sensitivity::Internal => "internal",
+        keel_protocol::session::Sensitivity::Private => "private",
+    }
+}
+
+fn deny_reason(rule: &str) -> String {
+    if rule.starts_with("taint:") {
+        format!("denied by taint tracking ({rule})")
+    } else {
+        format!("the policy denies it ({rule})")
+    }
 }
 
 /// Journals `interaction` and parks its turn as `waiting`; the driver is

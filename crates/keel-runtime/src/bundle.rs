@@ -70,6 +70,9 @@ pub struct CoworkerSpec {
     /// denied; `None` waits indefinitely. A policy's `expires_secs` wins.
     #[serde(default)]
     pub approval_timeout_secs: Option<u64>,
+    /// Where sensitive data comes from and which tools send data out.
+    #[serde(default)]
+    pub taint: TaintSpec,
     /// Compaction defaults for its sessions (`session/create` may override).
     #[serde(default)]
     pub compaction: Option<keel_protocol::CompactionSettings>,
@@ -93,6 +96,52 @@ pub struct CoworkerSpec {
     /// Not written in bundles: keel fills it.
     #[serde(default)]
     pub tool_digests: BTreeMap<String, String>,
+}
+
+/// Taint tracking for a coworker.
+///
+/// ```toml
+/// [coworkers.<id>.taint]
+/// sources = { "gmail.*" = "private", "fs.read_file" = "internal" }   # label of a tool's output
+/// outbound = { "slack.post" = "internal", "shell.run" = "public" }     # tools that send data out, and the most sensitive data each may carry
+/// on_violation = "ask"                                                  # ask | deny | allow
+/// ```
+///
+/// A tool's output gets the label of its `sources` entry (public when it has
+/// none); the model's answers get the highest label in the context they were
+/// written from. An outbound call made while the context holds data above
+/// the tool's clearance is asked about, denied or allowed as `on_violation`
+/// says, and the decision is journaled with the call.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaintSpec {
+    #[serde(default)]
+    pub sources: BTreeMap<String, keel_protocol::session::Sensitivity>,
+    #[serde(default)]
+    pub outbound: BTreeMap<String, keel_protocol::session::Sensitivity>,
+    #[serde(default)]
+    pub on_violation: Option<keel_core::Verdict>,
+}
+
+impl TaintSpec {
+    /// The entry of `map` for qualified `tool`: exact names win over
+    /// `<server>.*`.
+    fn find<'a, T>(map: &'a BTreeMap<String, T>, tool: &str) -> Option<&'a T> {
+        map.get(tool).or_else(|| {
+            let server = keel_tools::split_qualified(tool).0;
+            map.get(&format!("{server}.*"))
+        })
+    }
+
+    /// The label of `tool`'s output.
+    pub fn source_label(&self, tool: &str) -> keel_protocol::session::Sensitivity {
+        Self::find(&self.sources, tool).copied().unwrap_or_default()
+    }
+
+    /// The clearance of `tool` if it sends data out.
+    pub fn clearance(&self, tool: &str) -> Option<keel_protocol::session::Sensitivity> {
+        Self::find(&self.outbound, tool).copied()
+    }
 }
 
 /// What a model costs, in US dollars per million tokens.

@@ -345,6 +345,16 @@ pub fn schema() -> Value {
                             }
                         },
                         "approval_timeout_secs": {"type": "integer", "minimum": 1, "description": "Default expiry of approvals; none waits indefinitely"},
+                        "taint": {
+                            "type": "object",
+                            "additionalProperties": false,
+                            "description": "Sensitive sources, outbound tools and what happens when sensitive data would leave",
+                            "properties": {
+                                "sources": {"type": "object", "additionalProperties": {"enum": ["public", "internal", "private"]}, "description": "Label of each tool's output (tool entry -> label)"},
+                                "outbound": {"type": "object", "additionalProperties": {"enum": ["public", "internal", "private"]}, "description": "Tools that send data out -> the most sensitive data each may carry"},
+                                "on_violation": {"enum": ["allow", "ask", "deny"], "default": "ask"}
+                            }
+                        },
                         "compaction": {
                             "type": "object",
                             "additionalProperties": false,

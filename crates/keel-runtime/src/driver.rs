@@ -317,11 +317,17 @@ impl TurnRun<'_> {
         }
         let item = Item::FunctionCallOutput { call_id: call.call_id.clone(), output: output.text, images };
         let turn_id = self.turn_id;
+        // The output carries the sensitivity of where it came from.
+        let label = self.spec.taint.source_label(&qualified);
         self.slot
             .transact(self.runtime.store(), |state, change| {
                 change.events.push(NewEvent::new(finished_kind, finished));
                 change.tool_calls.push(ledger);
+                let index = state.info.history_len;
                 push_item(change, &mut state.info, turn_id, item.clone());
+                if label > keel_protocol::session::Sensitivity::Public {
+                    state.info.labels.insert(index, label);
+                }
                 Ok(())
             })
             .await?;

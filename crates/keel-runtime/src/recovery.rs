@@ -277,6 +277,7 @@ fn empty_spec() -> crate::bundle::CoworkerSpec {
         resources: Default::default(),
         policies: Default::default(),
         approval_timeout_secs: None,
+        taint: Default::default(),
         compaction: None,
         fallback_models: Vec::new(),
         max_steps: None,

@@ -251,6 +251,7 @@ impl Runtime {
             current_turn_id: None,
             history_len: 0,
             usage: Usage::default(),
+            labels: Default::default(),
         };
         let slot = Arc::new(SessionSlot::new(info.clone(), None, Vec::new()));
         let created = serde_json::to_value(&info).unwrap_or_default();

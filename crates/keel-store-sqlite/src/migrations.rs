@@ -10,7 +10,12 @@ use rusqlite::Connection;
 
 use crate::backend;
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3)];
+const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4)];
+
+/// Sensitivity labels of history items (taint).
+const V4: &str = "
+ALTER TABLE sessions ADD COLUMN labels TEXT NOT NULL DEFAULT '{}';
+";
 
 /// A person's undelivered messages for a running turn (`turn/steer`).
 const V3: &str = "

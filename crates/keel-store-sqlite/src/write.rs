@@ -80,7 +80,7 @@ fn apply(conn: &Connection, change: &Change) -> Result<Vec<Event>> {
             let updated = conn
                 .prepare_cached(
                     "UPDATE sessions SET name = ?2, attended = ?3, compaction = ?4, provider_blocked = ?5,
-                        updated_at_ms = ?6, current_turn_id = ?7, history_len = ?8, usage = ?9 WHERE id = ?1",
+                        updated_at_ms = ?6, current_turn_id = ?7, history_len = ?8, usage = ?9, labels = ?10 WHERE id = ?1",
                 )
                 .and_then(|mut st| {
                     st.execute(params![
@@ -93,6 +93,7 @@ fn apply(conn: &Connection, change: &Change) -> Result<Vec<Event>> {
                         s.current_turn_id,
                         s.history_len as i64,
                         to_json(&s.usage).unwrap_or_default(),
+                        to_json(&s.labels).unwrap_or_else(|_| "{}".into()),
                     ])
                 })
                 .map_err(backend)?;

@@ -25,6 +25,7 @@ fn session(id: &str) -> SessionInfo {
         current_turn_id: None,
         history_len: 0,
         usage: Usage::default(),
+        labels: Default::default(),
     }
 }
 

@@ -342,8 +342,14 @@ impl TurnRun<'_> {
                         }
                     }
                 }
+                // What the model writes is as sensitive as what it read.
+                let context = state.info.labels.values().copied().max().unwrap_or_default();
                 for item in added {
+                    let index = state.info.history_len;
                     push_item(change, &mut state.info, turn_id, item);
+                    if context > keel_protocol::session::Sensitivity::Public {
+                        state.info.labels.insert(index, context);
+                    }
                 }
                 Ok(())
             })
