@@ -33,6 +33,8 @@ enum Command {
     Show(cmd::inspect::ShowArgs),
     /// Print a session's journal events, optionally following new ones.
     Events(cmd::inspect::EventsArgs),
+    /// Show every tool call of a session: who let it run and how it ended, secrets redacted.
+    Audit(cmd::audit::Args),
     /// Check a bundle and report every problem with file, line and a fix.
     Validate(cmd::validate::Args),
     /// Questions waiting for a person, across sessions (needs `keel serve`).
@@ -75,6 +77,7 @@ fn main() -> ExitCode {
             Command::Sessions(args) => cmd::inspect::sessions(state, args).await,
             Command::Show(args) => cmd::inspect::show(state, args).await,
             Command::Events(args) => cmd::inspect::events(state, args).await,
+            Command::Audit(args) => cmd::audit::run(state, args).await,
             Command::Validate(args) => cmd::validate::run(args),
             Command::Doctor(args) => cmd::doctor::run(args).await,
             Command::Inbox(args) => cmd::client::inbox(state, args).await,

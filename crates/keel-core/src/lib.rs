@@ -11,6 +11,7 @@
 
 pub mod policy;
 pub mod recovery;
+pub mod redact;
 pub mod turn;
 
 pub use policy::{Effect, PolicySpec, RuleSpec, Verdict};

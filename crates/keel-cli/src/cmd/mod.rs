@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod audit;
 pub mod client;
 pub mod doctor;
 pub mod inspect;
