@@ -102,6 +102,12 @@ async fn a_risky_call_waits_for_a_person_and_runs_once_allowed() {
     assert_eq!(again.code, -32003);
     assert!(again.message.contains("already answered"), "{}", again.message);
     assert!(client.ok("inbox/list", json!({})).await.unwrap()["interactions"].as_array().unwrap().is_empty());
+    // The audit says a person let it run, and how it was confined.
+    let audit = client.ok("audit/list", json!({"session_id": id, "decided_by": "person"})).await.unwrap();
+    let entry = &audit["entries"][0];
+    assert_eq!(entry["tool"], "shell.run");
+    assert_eq!(entry["outcome"], "completed");
+    assert!(entry["confinement"]["filesystem"].as_str().unwrap().starts_with("landlock"), "{entry}");
 }
 
 #[tokio::test]

@@ -578,6 +578,16 @@ impl Runtime {
         self.inner.mcp.status()
     }
 
+    /// The audit view of a session's tool calls (see [`crate::audit`]).
+    pub async fn audit(
+        &self,
+        session_id: &str,
+        filter: &crate::audit::AuditFilter,
+    ) -> Result<Vec<crate::audit::AuditEntry>> {
+        self.slot(session_id)?;
+        crate::audit::audit(self.store(), session_id, filter).await
+    }
+
     /// Runner processes alive and idle.
     pub fn idle_runners(&self) -> usize {
         self.inner.runner.idle_runners()

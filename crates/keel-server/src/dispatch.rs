@@ -24,6 +24,7 @@ pub const METHODS: &[&str] = &[
     "turn/steer",
     "interaction/respond",
     "inbox/list",
+    "audit/list",
     "events/subscribe",
     "events/unsubscribe",
 ];
@@ -104,6 +105,17 @@ pub(crate) async fn call(
                 .filter(|i| !p.unattended_only || !i.attended)
                 .collect();
             result(InboxListResponse { interactions })
+        }
+        "audit/list" => {
+            #[derive(serde::Deserialize)]
+            struct AuditParams {
+                session_id: String,
+                #[serde(flatten)]
+                filter: keel_runtime::audit::AuditFilter,
+            }
+            let p: AuditParams = params(raw)?;
+            let entries = runtime.audit(&p.session_id, &p.filter).await.map_err(rt)?;
+            result(json!({ "entries": entries }))
         }
         "events/subscribe" => {
             let p: EventsSubscribeParams = params(raw)?;
