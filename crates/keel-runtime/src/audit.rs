@@ -114,7 +114,8 @@ pub struct AuditEntry {
     pub result_preview: Option<String>,
     /// The sandbox the call ran in (`tool_call_finished`'s `sandbox`).
     pub confinement: Option<Value>,
-    /// Reserved: the intent's `taint`, when keel records one.
+    /// The taint check of the call, when keel made one: the intent's
+    /// `taint`, or its `decided_by.taint`.
     pub taint: Option<Value>,
     /// When the call was intended (or refused).
     pub at_ms: i64,
@@ -182,10 +183,25 @@ struct Journal {
     /// Entries of calls refused before any intent: their tool, arguments
     /// and reason come from the ledger.
     refused: HashSet<usize>,
-    /// Interactions asked, in order: `(id, turn_id, call_id, tool, kind)`.
-    asked: Vec<(String, String, String, String, Option<InteractionKind>)>,
+    /// Interactions asked, in order.
+    asked: Vec<Asked>,
     /// Answers by interaction id.
     answers: HashMap<String, Decision>,
+}
+
+/// What an `interaction_requested` event asked about.
+struct Asked {
+    id: String,
+    turn_id: String,
+    call_id: String,
+    tool: String,
+    kind: Option<InteractionKind>,
+}
+
+impl Asked {
+    fn about(&self, (turn_id, call_id): &(String, String)) -> bool {
+        &self.turn_id == turn_id && &self.call_id == call_id
+    }
 }
 
 /// The kinds an audit reads; every other event is skipped.
@@ -219,11 +235,16 @@ impl Journal {
         match kind {
             EventKind::ToolCallIntended => {
                 let tool = Some(text(&data["tool"])).filter(|t| !t.is_empty()).unwrap_or_else(|| text(&data["name"]));
+                // The taint check is journaled inside `decided_by`; the entry
+                // shows it on its own.
+                let mut decided_by = redact_json(&data["decided_by"]);
+                let inner = decided_by.as_object_mut().and_then(|map| map.remove("taint"));
+                let taint = data.get("taint").cloned().or(inner).filter(|t| !t.is_null());
                 let entry = AuditEntry {
                     tool,
                     arguments: arguments(data["arguments"].as_str().unwrap_or_default()),
-                    decided_by: redact_json(&data["decided_by"]),
-                    taint: data.get("taint").cloned(),
+                    decided_by,
+                    taint,
                     ..self.entry(event, &key, Outcome::Pending)
                 };
                 self.push(key, entry);
@@ -258,16 +279,12 @@ impl Journal {
                     entry.outcome = Outcome::Rejected;
                     return;
                 }
-                let asked = self.asked.iter().rev().find(|(_, turn, call, _, kind)| {
-                    (turn, call) == (&key.0, &key.1) && *kind == Some(InteractionKind::Approval)
-                });
-                let tool = asked.map(|(_, _, _, tool, _)| tool.clone()).unwrap_or_default();
-                let denial = self
-                    .asked
-                    .iter()
-                    .rev()
-                    .filter(|(_, turn, call, _, _)| (turn, call) == (&key.0, &key.1))
-                    .find_map(|(id, ..)| self.answers.get(id).filter(|a| !a.decision.allows()).map(|a| (id, a)));
+                let approvals =
+                    self.asked.iter().rev().filter(|a| a.about(&key) && a.kind == Some(InteractionKind::Approval));
+                let tool = approvals.clone().next().map(|a| a.tool.clone()).unwrap_or_default();
+                let denial = approvals
+                    .filter_map(|a| self.answers.get(&a.id).filter(|d| !d.decision.allows()).map(|d| (&a.id, d)))
+                    .next();
                 let decided_by = match denial {
                     Some((id, answer)) => json!({ "by": answer.by, "decision": answer.decision, "interaction_id": id }),
                     None => json!({ "by": Decider::Keel }),
@@ -284,13 +301,13 @@ impl Journal {
             EventKind::InteractionRequested => {
                 let interaction = &data["interaction"];
                 let kind = serde_json::from_value(interaction["kind"].clone()).ok();
-                self.asked.push((
-                    text(&interaction["id"]),
-                    text(&interaction["turn_id"]),
-                    text(&interaction["request"]["call_id"]),
-                    text(&interaction["request"]["tool"]),
+                self.asked.push(Asked {
+                    id: text(&interaction["id"]),
+                    turn_id: text(&interaction["turn_id"]),
+                    call_id: text(&interaction["request"]["call_id"]),
+                    tool: text(&interaction["request"]["tool"]),
                     kind,
-                ));
+                });
             }
             EventKind::InteractionAnswered => {
                 if let Ok(decision) = serde_json::from_value::<Decision>(data["decision"].clone()) {
@@ -455,7 +472,12 @@ mod tests {
         let sandbox = json!({"filesystem": "landlock-v7", "network": "isolated", "environment": "clean"});
         let changes = vec![
             create,
-            intended("t1", &shell, "shell.run", json!({"by": "policy", "rule": "allow_commands: \"echo\""})),
+            intended(
+                "t1",
+                &shell,
+                "shell.run",
+                json!({"by": "policy", "rule": "allow_commands: \"echo\"", "taint": null}),
+            ),
             ended(
                 EventKind::ToolCallFinished,
                 done(shell, ToolCallStatus::Completed, &format!(r#"{{"stdout":"{SK}\n","exit_code":0}}"#), false),
@@ -515,7 +537,12 @@ mod tests {
                     .insert(0, keel_store::NewEvent::new(EventKind::InteractionAnswered, answered("int_r", "skip")));
                 change
             },
-            intended("t2", &later, "mcp.search", json!({"by": "policy", "rule": "policy mcp.search = allow"})),
+            intended(
+                "t2",
+                &later,
+                "mcp.search",
+                json!({"by": "policy", "rule": "policy mcp.search = allow", "taint": {"context": "internal", "clearance": "internal", "violation": false}}),
+            ),
             ended(
                 EventKind::ToolCallFinished,
                 done(later, ToolCallStatus::Completed, "boom", true),
@@ -567,6 +594,10 @@ mod tests {
             json!({"by": "person", "interaction_id": "int_r", "decision": "skip"})
         );
         assert_eq!(later.arguments["api_key"], "[redacted]");
+        assert_eq!(later.taint.as_ref().unwrap()["context"], "internal");
+        assert_eq!(later.decided_by, json!({"by": "policy", "rule": "policy mcp.search = allow"}));
+        assert_eq!(shell.taint, None);
+        assert!(shell.decided_by.get("taint").is_none());
         let all = serde_json::to_string(&entries).unwrap();
         assert!(!all.contains(SK) && !all.contains(GHP) && !all.contains("plain-secret"), "{all}");
     }
