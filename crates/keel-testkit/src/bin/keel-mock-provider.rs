@@ -4,7 +4,7 @@
 //! Prints its base URL (one line on stdout) and answers every request with
 //! the demo script until killed, in whichever format was called (OpenAI Chat
 //! Completions, OpenAI Responses, Anthropic Messages): a user turn gets a
-//! `write_file` call that writes `hello.txt`, and the tool result gets a
+//! `fs.write_file` call that writes `hello.txt`, and the tool result gets a
 //! final answer.
 //!
 //! Usage: `keel-mock-provider [--listen ADDR]` (default `127.0.0.1:0`).
@@ -49,7 +49,7 @@ async fn main() -> anyhow::Result<()> {
         .listen(listen)
         .record_requests(false)
         .fallback(responders::tool_then_answer_with(
-            "write_file",
+            "fs__write_file",
             arguments,
             "I wrote hello.txt with the text \"Hello from keel\".",
         ))
