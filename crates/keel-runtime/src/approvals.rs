@@ -249,7 +249,16 @@ impl Runtime {
             .all_slots()
             .into_iter()
             .filter(|slot| session_id.is_none_or(|id| slot.id == id))
-            .flat_map(|slot| slot.state().interactions.into_iter().filter(|i| i.status == InteractionStatus::Pending))
+            .flat_map(|slot| {
+                slot.peek(|state| {
+                    state
+                        .interactions
+                        .iter()
+                        .filter(|i| i.status == InteractionStatus::Pending)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                })
+            })
             .collect();
         pending.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
         pending
@@ -452,12 +461,15 @@ impl Runtime {
     pub(crate) async fn expire_due(&self) -> Result<()> {
         let now = now_ms();
         for slot in self.all_slots() {
-            let due: Vec<InteractionInfo> = slot
-                .state()
-                .interactions
-                .into_iter()
-                .filter(|i| i.status == InteractionStatus::Pending && i.expires_at_ms.is_some_and(|at| at <= now))
-                .collect();
+            // Most sessions have nothing pending: look without copying.
+            let due: Vec<InteractionInfo> = slot.peek(|state| {
+                state
+                    .interactions
+                    .iter()
+                    .filter(|i| i.status == InteractionStatus::Pending && i.expires_at_ms.is_some_and(|at| at <= now))
+                    .cloned()
+                    .collect()
+            });
             if due.is_empty() {
                 continue;
             }

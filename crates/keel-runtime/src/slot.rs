@@ -69,6 +69,14 @@ impl SessionSlot {
         }
     }
 
+    /// Reads the committed state without copying it.
+    pub fn peek<R>(&self, read: impl FnOnce(&SessionState) -> R) -> R {
+        match self.state.lock() {
+            Ok(state) => read(&state),
+            Err(poisoned) => read(&poisoned.into_inner()),
+        }
+    }
+
     /// Completed model round trips of the current turn.
     pub fn turn_steps(&self) -> u32 {
         match self.state.lock() {
