@@ -16,7 +16,7 @@ async fn a_steer_reaches_the_next_model_request_once() {
     let dir = tempfile::tempdir().unwrap();
     let ws = support::workspace(&dir);
     let mock = MockServer::start().await.unwrap();
-    mock.push(Reply::tool_call("c1", "fs__list_dir", r#"{"path": "."}"#).delay_first_byte(Duration::from_millis(800)));
+    mock.push(Reply::tool_call("c1", "fs__list_dir", r#"{"path": "."}"#).delay_first_byte(Duration::from_secs(3)));
     mock.push(Reply::text("done, in French"));
     let keel = Keel::start(&dir.path().join("state"), &mock.base_url()).unwrap();
     let mut client = keel.client().await.unwrap();
@@ -95,4 +95,25 @@ async fn a_steer_accepted_before_a_crash_is_delivered_after_it() {
         .await
         .unwrap();
     assert_eq!(again["duplicate"], true);
+}
+
+#[tokio::test]
+async fn a_steer_during_the_final_answer_is_not_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = support::workspace(&dir);
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::text("first answer").delay_first_byte(Duration::from_secs(2)));
+    mock.push(Reply::text("answer to the steer"));
+    let keel = Keel::start(&dir.path().join("state"), &mock.base_url()).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let id = client.create_session(&ws).await.unwrap();
+    client.ok("events/subscribe", json!({"session_id": id})).await.unwrap();
+    client.ok("turn/start", json!({"session_id": id, "submission_id": "s1", "text": "hi"})).await.unwrap();
+    client.events_until("model_attempt_started").await.unwrap();
+    client.ok("turn/steer", json!({"session_id": id, "submission_id": "m1", "text": "One more thing."})).await.unwrap();
+    let events = client.events_until("turn_finished").await.unwrap();
+    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+    assert_eq!(mock.requests().len(), 2, "the model was asked again with the message");
+    let body = String::from_utf8_lossy(&mock.requests()[1].body).into_owned();
+    assert!(body.contains("One more thing."));
 }

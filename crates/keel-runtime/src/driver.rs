@@ -184,6 +184,9 @@ impl TurnRun<'_> {
                     }
                     Next::CallModel
                 }
+                // A person's message arrived while the model was giving
+                // its final answer: it is not lost, the model gets it.
+                Next::Finish { status: TurnStatus::Completed, .. } if self.has_pending_steers() => Next::CallModel,
                 Next::Finish { status, error } => {
                     let ending = Ending {
                         status,
@@ -197,6 +200,10 @@ impl TurnRun<'_> {
                 }
             };
         }
+    }
+
+    fn has_pending_steers(&self) -> bool {
+        self.slot.peek(|state| state.turn.as_ref().is_some_and(|t| !t.pending_steers.is_empty()))
     }
 
     /// Records why the driver stopped early: a person's cancel, or shutdown.
