@@ -54,7 +54,13 @@ impl Inspector {
             attempts: self.store.attempts(info.id.clone()).await?,
             tool_calls: self.store.tool_calls(info.id.clone(), None).await?,
             last_seq: self.store.last_seq(info.id.clone()).await?,
-            interactions: Vec::new(),
+            interactions: self
+                .store
+                .interactions(Some(info.id.clone()), false)
+                .await?
+                .iter()
+                .filter_map(|i| serde_json::to_value(i).ok())
+                .collect(),
             turn,
             session: info,
         })

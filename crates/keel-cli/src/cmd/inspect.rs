@@ -94,6 +94,16 @@ pub async fn show(state: PathBuf, args: ShowArgs) -> anyhow::Result<ExitCode> {
         }
         println!();
     }
+    for pending in snapshot.interactions.iter().filter(|i| i["status"] == "pending") {
+        println!(
+            "waiting   {} {} {}({}): {}",
+            pending["id"].as_str().unwrap_or("?"),
+            pending["kind"].as_str().unwrap_or("?"),
+            pending["request"]["tool"].as_str().unwrap_or("?"),
+            pending["request"]["arguments"].as_str().unwrap_or(""),
+            pending["request"]["reason"].as_str().unwrap_or("")
+        );
+    }
     println!("history");
     for (index, item) in snapshot.history.iter().enumerate() {
         println!("  {index:>4}  {}", describe(item));
