@@ -198,7 +198,7 @@ async fn the_binary_prints_its_url_and_serves_the_demo_script() -> anyhow::Resul
     let response = client.post("/v1/chat/completions", &chat(false)).await?;
     let body: Value = serde_json::from_slice(&response.body)?;
     let call = &body["choices"][0]["message"]["tool_calls"][0]["function"];
-    assert_eq!(call["name"], "write_file");
+    assert_eq!(call["name"], "fs__write_file");
     let arguments: Value = serde_json::from_str(call["arguments"].as_str().unwrap_or_default())?;
     assert_eq!(arguments, json!({"path": "hello.txt", "content": "Hello from keel"}));
 
