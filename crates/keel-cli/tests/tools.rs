@@ -7,31 +7,13 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use keel_testkit::{MockServer, Reply};
 use serde_json::{Value, json};
 use support::{Client, Keel};
 
-/// The folder `scripts/mcp-servers` installed the MCP servers into.
-fn servers_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mcp-servers");
-        let output = std::process::Command::new(&script).stdin(Stdio::null()).output().unwrap();
-        assert!(
-            output.status.success(),
-            "scripts/mcp-servers failed; these tests need node (18+) and npm:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
-    })
-}
-
-fn everything_js() -> String {
-    servers_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js").display().to_string()
-}
+use keel_testkit::mcp_servers::everything_js;
 
 /// These tests are about tools, not approvals: every tool is allowed.
 const ALLOW_ALL: &str = r#"policies = { "shell.run" = "allow", "fs.write_file" = "allow", "everything.*" = "allow", "remote.*" = "allow" }"#;

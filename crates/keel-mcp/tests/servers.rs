@@ -7,37 +7,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use keel_mcp::{Backoff, HubConfig, McpError, McpHub, McpServerConfig, McpTransport, ServerState, ServerStatus};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-/// The folder `scripts/mcp-servers` installed the servers into.
-fn servers_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mcp-servers");
-        let output = std::process::Command::new(&script)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|error| panic!("cannot run {}: {error}", script.display()));
-        assert!(
-            output.status.success(),
-            "scripts/mcp-servers failed; these tests need node (18+) and npm:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
-    })
-}
-
-fn everything_js() -> String {
-    let path = servers_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    path.to_str().unwrap().to_owned()
-}
+use keel_testkit::mcp_servers::{everything_js, servers_dir};
 
 fn everything(name: &str) -> McpServerConfig {
     McpServerConfig::stdio(name, "node", vec![everything_js(), "stdio".to_owned()])

@@ -21,6 +21,7 @@ mod connection;
 mod deltas;
 mod errors;
 mod http;
+pub mod mcp_servers;
 mod openai_chat;
 mod openai_responses;
 mod recorded;
