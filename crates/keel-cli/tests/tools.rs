@@ -6,7 +6,6 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use keel_testkit::{MockServer, Reply};
@@ -239,35 +238,10 @@ async fn a_dead_mcp_server_is_reported_and_the_other_tools_keep_working() {
     assert_eq!(names, ["fs__write_file"]);
 }
 
-/// server-everything in streamable HTTP mode on a free port, once it listens.
-async fn http_everything() -> (tokio::process::Child, u16) {
-    use tokio::io::AsyncBufReadExt;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut child = tokio::process::Command::new("node")
-        .args([everything_js().as_str(), "streamableHttp"])
-        .env("PORT", port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let listening = async {
-        while let Some(line) = stderr.next_line().await.unwrap() {
-            if line.contains("listening on port") {
-                return;
-            }
-        }
-        panic!("server-everything exited before listening");
-    };
-    tokio::time::timeout(Duration::from_secs(15), listening).await.expect("server-everything did not listen");
-    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
-    (child, port)
-}
-
 #[tokio::test]
 async fn an_mcp_server_over_streamable_http_is_called_through_a_turn() {
-    let (_server, port) = http_everything().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let _server = keel_testkit::mcp_servers::start_http_everything(port).await;
     let dir = tempfile::tempdir().unwrap();
     let ws = support::workspace(&dir);
     let mock = MockServer::start().await.unwrap();

@@ -8,14 +8,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use keel_mcp::{Backoff, HubConfig, McpError, McpHub, McpServerConfig, McpTransport, ServerState, ServerStatus};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
-use keel_testkit::mcp_servers::{everything_js, servers_dir};
+use keel_testkit::mcp_servers::{everything_js, servers_dir, start_http_everything};
 
 fn everything(name: &str) -> McpServerConfig {
     McpServerConfig::stdio(name, "node", vec![everything_js(), "stdio".to_owned()])
@@ -110,32 +108,6 @@ async fn stdio_server_echoes_returns_images_and_rejects_bad_calls() {
     assert!(!is_running(pid), "server process {pid} outlived shutdown");
     let error = hub.call("everything", "echo", json!({"message": "late"})).await.unwrap_err();
     assert!(matches!(error, McpError::Unavailable { .. }), "{error}");
-}
-
-/// Starts server-everything in streamable HTTP mode on `port` and returns
-/// once it listens.
-async fn start_http_everything(port: u16) -> tokio::process::Child {
-    let mut child = tokio::process::Command::new("node")
-        .args([everything_js().as_str(), "streamableHttp"])
-        .env("PORT", port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-    let listening = async {
-        while let Some(line) = stderr.next_line().await.unwrap() {
-            if line.contains("listening on port") {
-                return;
-            }
-        }
-        panic!("server-everything exited before listening");
-    };
-    tokio::time::timeout(Duration::from_secs(15), listening).await.expect("server-everything did not start listening");
-    // Keep draining its stderr so it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
-    child
 }
 
 #[tokio::test]

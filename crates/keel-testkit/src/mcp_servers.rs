@@ -28,3 +28,35 @@ pub fn servers_dir() -> &'static Path {
 pub fn everything_js() -> String {
     servers_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js").display().to_string()
 }
+
+/// Starts server-everything in streamable HTTP mode on `port` (its `/mcp`
+/// endpoint) and returns once it listens; killed when dropped.
+pub async fn start_http_everything(port: u16) -> tokio::process::Child {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new("node")
+        .args([everything_js().as_str(), "streamableHttp"])
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|error| panic!("cannot start node: {error}"));
+    let Some(stderr) = child.stderr.take() else { panic!("no stderr from server-everything") };
+    let mut stderr = tokio::io::BufReader::new(stderr).lines();
+    let listening = async {
+        while let Ok(Some(line)) = stderr.next_line().await {
+            if line.contains("listening on port") {
+                return true;
+            }
+        }
+        false
+    };
+    match tokio::time::timeout(std::time::Duration::from_secs(15), listening).await {
+        Ok(true) => {}
+        Ok(false) => panic!("server-everything exited before listening"),
+        Err(_) => panic!("server-everything did not start listening within 15 s"),
+    }
+    // Keep draining its stderr so it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+    child
+}
