@@ -45,6 +45,8 @@ enum Command {
     Deny(cmd::client::DecideArgs),
     /// Send a message to a session's running turn (`turn/steer`).
     Msg(cmd::client::MsgArgs),
+    /// Compact a session's context now (`session/compact`; needs `keel serve`).
+    Compact(cmd::client::CompactArgs),
     /// Check this machine: the sandbox, the local model, and the MCP
     /// servers of the given bundles.
     Doctor(cmd::doctor::Args),
@@ -84,6 +86,7 @@ fn main() -> ExitCode {
             Command::Approve(args) => cmd::client::decide(state, args, true).await,
             Command::Deny(args) => cmd::client::decide(state, args, false).await,
             Command::Msg(args) => cmd::client::msg(state, args).await,
+            Command::Compact(args) => cmd::client::compact(state, args).await,
         }
     });
     match result {

@@ -43,6 +43,14 @@ pub enum EventKind {
     TurnInterrupted,
     TurnRecoverable,
     TurnResumed,
+    /// A compaction record was committed (outbound view only; history is
+    /// unchanged).
+    Compacted,
+    /// A compaction's summary failed twice; what keel did next (parked a
+    /// question, or trimmed) commits with it.
+    CompactionFailed,
+    /// A summary was thrown away: history changed while it was written.
+    CompactionDiscarded,
 }
 
 impl EventKind {
@@ -71,6 +79,9 @@ impl EventKind {
             EventKind::TurnInterrupted => "turn_interrupted",
             EventKind::TurnRecoverable => "turn_recoverable",
             EventKind::TurnResumed => "turn_resumed",
+            EventKind::Compacted => "compacted",
+            EventKind::CompactionFailed => "compaction_failed",
+            EventKind::CompactionDiscarded => "compaction_discarded",
         }
     }
 }

@@ -16,6 +16,10 @@ pub enum InteractionKind {
     /// A side-effecting call started before a crash and has no result: run
     /// it again, skip it, or enter its result?
     InterruptedCall,
+    /// A compaction's summary failed twice in an attended session: try the
+    /// summary again, or trim the oldest part without one? The request's
+    /// `tool` is `keel.compaction`, its `arguments` say why and where.
+    Compaction,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +51,11 @@ pub enum DecisionKind {
     Skip,
     /// For an interrupted call: the person says what its result was.
     EnterResult,
+    /// For a failed compaction: ask the model for the summary again.
+    Retry,
+    /// For a failed compaction: drop the oldest part without a summary
+    /// (the person's messages and the working state are kept).
+    Trim,
 }
 
 impl DecisionKind {
@@ -63,6 +72,7 @@ impl DecisionKind {
             InteractionKind::InterruptedCall => {
                 matches!(self, DecisionKind::RunAgain | DecisionKind::Skip | DecisionKind::EnterResult)
             }
+            InteractionKind::Compaction => matches!(self, DecisionKind::Retry | DecisionKind::Trim),
         }
     }
 }

@@ -126,6 +126,28 @@ pub struct SessionSnapshot {
     pub tool_calls: Vec<ToolCallInfo>,
     /// The seq of the last journal event.
     pub last_seq: u64,
+    /// The session's latest compaction, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<crate::CompactionRecord>,
+    /// How full the context is (`None` when the session's model cannot be
+    /// resolved in this process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<crate::ContextUsage>,
+}
+
+/// The result of `session/compact`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct CompactResponse {
+    /// `applied` (a record was committed), `waiting` (the summary failed
+    /// twice and a person was asked: `interaction`), or `nothing_to_compact`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<crate::CompactionRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interaction: Option<crate::InteractionInfo>,
+    /// The session's context after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<crate::ContextUsage>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -12,11 +12,22 @@ pub struct CompactionSettings {
     /// In an unattended session, trim mechanically when a summary fails.
     #[serde(default)]
     pub auto_trim_on_failure: bool,
+    /// Compact when the next request would pass this percentage of the cap
+    /// (default 80).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold_percent: Option<u8>,
+}
+
+impl CompactionSettings {
+    /// The threshold as a percentage, 80 unless set (clamped to 10..=100).
+    pub fn threshold_percent(&self) -> u64 {
+        u64::from(self.threshold_percent.unwrap_or(80).clamp(10, 100))
+    }
 }
 
 impl Default for CompactionSettings {
     fn default() -> Self {
-        CompactionSettings { cap_tokens: None, auto_trim_on_failure: true }
+        CompactionSettings { cap_tokens: None, auto_trim_on_failure: true, threshold_percent: None }
     }
 }
 

@@ -126,6 +126,20 @@ impl ModelProvider for LocalProvider {
     /// Deltas: without tools, every piece of generated text. With tools, the
     /// decoded text of an `{"answer": ...}` reply as it is written, and nothing
     /// for a tool call. Either way the deltas concatenate to the final text.
+    /// llama.cpp's tokenizer of the model file; the estimate when the file
+    /// cannot be loaded (the request will then fail with the reason). Loads
+    /// the model on first use: call it from a blocking thread.
+    fn token_counter(&self, model: &str) -> Arc<dyn keel_provider::TokenCounter> {
+        match self.config.model_path(model).map_err(|_| ()).and_then(|p| engine::load_model(&p).map_err(|_| ())) {
+            Ok(loaded) => Arc::new(LlamaCounter(loaded)),
+            Err(()) => Arc::new(keel_provider::tokens::Estimate),
+        }
+    }
+
+    fn context_window(&self, model: &str) -> Option<u64> {
+        self.context_tokens(model).ok().map(u64::from)
+    }
+
     fn stream<'a>(
         &'a self,
         request: &'a ModelRequest,
@@ -199,5 +213,18 @@ impl Drop for RunningGuard {
     fn drop(&mut self) {
         RUNNING_GENERATIONS.fetch_sub(1, Ordering::Relaxed);
         self.0.send_modify(|count| *count = count.saturating_sub(1));
+    }
+}
+
+/// Counts with the model's own vocabulary.
+struct LlamaCounter(Arc<engine::LoadedModel>);
+
+impl keel_provider::TokenCounter for LlamaCounter {
+    fn name(&self) -> &str {
+        "llama.cpp"
+    }
+
+    fn count(&self, text: &str) -> u64 {
+        self.0.count_tokens(text) as u64
     }
 }

@@ -63,6 +63,10 @@ impl ModelProvider for Anthropic {
         "anthropic"
     }
 
+    fn context_window(&self, model: &str) -> Option<u64> {
+        crate::tokens::anthropic_context_window(model)
+    }
+
     fn stream<'a>(
         &'a self,
         request: &'a ModelRequest,

@@ -20,6 +20,7 @@ pub mod openai_chat;
 pub mod openai_responses;
 mod output;
 mod retry_after;
+pub mod tokens;
 pub mod sse;
 mod transport;
 
@@ -32,6 +33,7 @@ use keel_protocol::{Item, ToolSpec, Usage};
 pub use anthropic::{Anthropic, AnthropicConfig};
 pub use openai_chat::{OpenAiChat, OpenAiChatConfig};
 pub use openai_responses::{OpenAiResponses, OpenAiResponsesConfig};
+pub use tokens::TokenCounter;
 
 /// What to send to a model.
 #[derive(Debug, Clone, PartialEq)]
@@ -189,4 +191,15 @@ pub trait ModelProvider: Send + Sync {
         request: &'a ModelRequest,
         on_delta: DeltaSink<'a>,
     ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>>;
+
+    /// How this provider's `model` counts tokens (the estimate unless the
+    /// provider knows better).
+    fn token_counter(&self, _model: &str) -> std::sync::Arc<dyn TokenCounter> {
+        std::sync::Arc::new(tokens::Estimate)
+    }
+
+    /// The model's context window in tokens, when known.
+    fn context_window(&self, _model: &str) -> Option<u64> {
+        None
+    }
 }

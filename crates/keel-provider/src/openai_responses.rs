@@ -50,6 +50,14 @@ impl ModelProvider for OpenAiResponses {
         "openai"
     }
 
+    fn token_counter(&self, model: &str) -> std::sync::Arc<dyn crate::TokenCounter> {
+        crate::tokens::openai_counter(model)
+    }
+
+    fn context_window(&self, model: &str) -> Option<u64> {
+        crate::tokens::openai_context_window(model)
+    }
+
     fn stream<'a>(
         &'a self,
         request: &'a ModelRequest,

@@ -312,6 +312,7 @@ impl Runtime {
                 match interaction.kind {
                     InteractionKind::Approval => "allow_once, allow_for_session or deny",
                     InteractionKind::InterruptedCall => "run_again, skip or enter_result (with message)",
+                    InteractionKind::Compaction => "retry or trim",
                 }
             )));
         }
@@ -320,6 +321,9 @@ impl Runtime {
             return Err(RuntimeError::Conflict(format!(
                 "interaction {interaction_id} expired before this answer and counted as denied"
             )));
+        }
+        if interaction.kind == InteractionKind::Compaction {
+            return self.answer_compaction(&slot, interaction, decision, message).await;
         }
         let spec: CoworkerSpec = serde_json::from_value((*state.info.coworker_spec).clone())
             .map_err(|e| RuntimeError::Config(format!("the session's pinned coworker cannot be read: {e}")))?;
@@ -491,7 +495,7 @@ impl Runtime {
 
     /// Resumes the session's parked turn once none of its questions is
     /// pending.
-    async fn continue_if_answered(&self, slot: &Arc<SessionSlot>) -> Result<()> {
+    pub(crate) async fn continue_if_answered(&self, slot: &Arc<SessionSlot>) -> Result<()> {
         let state = slot.state();
         let Some(turn) = state.turn else { return Ok(()) };
         if !matches!(turn.status, TurnStatus::Waiting | TurnStatus::Recoverable) || slot.has_job() {
@@ -529,7 +533,7 @@ async fn wait_for_driver(slot: &SessionSlot) {
     }
 }
 
-fn replace(interactions: &mut Vec<InteractionInfo>, record: InteractionInfo) {
+pub(crate) fn replace(interactions: &mut Vec<InteractionInfo>, record: InteractionInfo) {
     match interactions.iter_mut().find(|i| i.id == record.id) {
         Some(existing) => *existing = record,
         None => interactions.push(record),

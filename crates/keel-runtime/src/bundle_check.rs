@@ -361,7 +361,8 @@ pub fn schema() -> Value {
                             "description": "Compaction defaults for the coworker's sessions",
                             "properties": {
                                 "cap_tokens": {"type": "integer", "minimum": 1, "description": "Context cap in tokens; default the model's context window"},
-                                "auto_trim_on_failure": {"type": "boolean", "default": true, "description": "In an unattended session, trim mechanically when a summary fails"}
+                                "auto_trim_on_failure": {"type": "boolean", "default": true, "description": "In an unattended session, trim mechanically when a summary fails"},
+                                "threshold_percent": {"type": "integer", "minimum": 10, "maximum": 100, "default": 80, "description": "Compact when the next request would pass this share of the cap"}
                             }
                         },
                         "fallback_models": {"type": "array", "items": model},

@@ -67,6 +67,8 @@ struct TurnRun<'a> {
     /// The session's history as committed, kept in step with each commit.
     history: Vec<Item>,
     provider_time: std::time::Duration,
+    /// Tokens of the instructions and tool declarations (counted once).
+    fixed_tokens: Option<u64>,
 }
 
 /// Drives a turn until it finishes, is cancelled, or the runtime shuts down.
@@ -136,6 +138,7 @@ async fn prepare<'a>(runtime: &'a Runtime, slot: &'a SessionSlot, turn_id: &'a s
         },
         history,
         provider_time: std::time::Duration::ZERO,
+        fixed_tokens: None,
     })
 }
 
@@ -171,8 +174,9 @@ impl TurnRun<'_> {
             }
             next = match next {
                 Next::CallModel => match self.call_model(cancel).await? {
-                    Some(next) => next,
-                    None => return self.stop().await,
+                    model_call::Called::Next(next) => next,
+                    model_call::Called::Cancelled => return self.stop().await,
+                    model_call::Called::Parked => return Ok(()),
                 },
                 Next::RunTools(calls) => {
                     for call in calls {

@@ -61,6 +61,10 @@ impl Inspector {
                 .iter()
                 .filter_map(|i| serde_json::to_value(i).ok())
                 .collect(),
+            compaction: self.store.compactions(Some(info.id.clone()), true).await?.pop(),
+            // Counting needs the session's model, which a read-only view
+            // does not load.
+            context: None,
             turn,
             session: info,
         })

@@ -15,6 +15,7 @@ mod approvals;
 pub mod audit;
 pub mod bundle;
 pub mod bundle_check;
+mod compaction;
 pub mod config;
 mod driver;
 pub mod error;

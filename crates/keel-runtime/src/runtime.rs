@@ -48,6 +48,8 @@ pub(crate) struct Inner {
     pub metrics: crate::metrics::Metrics,
     pub retry: crate::retry::RetryPolicy,
     pub breakers: crate::retry::Breakers,
+    /// Token counter and context window per `provider:model`.
+    pub counters: crate::compaction::Counters,
     _lock: StateLock,
 }
 
@@ -102,6 +104,10 @@ impl Runtime {
         for interaction in store.interactions(None, false).await? {
             interactions.entry(interaction.session_id.clone()).or_default().push(interaction);
         }
+        let mut compactions: HashMap<String, keel_protocol::CompactionRecord> = HashMap::new();
+        for record in store.compactions(None, true).await? {
+            compactions.insert(record.session_id.clone(), record);
+        }
         let sessions = infos
             .into_iter()
             .map(|info| {
@@ -113,7 +119,8 @@ impl Runtime {
                     .into_iter()
                     .filter(|i| crate::approvals::keep(i, &current))
                     .collect();
-                (info.id.clone(), Arc::new(SessionSlot::new(info, turn, kept)))
+                let compaction = compactions.remove(&info.id);
+                (info.id.clone(), Arc::new(SessionSlot::new(info, turn, kept, compaction)))
             })
             .collect();
         let runtime = Runtime {
@@ -134,6 +141,7 @@ impl Runtime {
                 metrics: Default::default(),
                 retry: config.retry,
                 breakers: Default::default(),
+                counters: Default::default(),
                 _lock: lock,
             }),
         };
@@ -253,7 +261,7 @@ impl Runtime {
             usage: Usage::default(),
             labels: Default::default(),
         };
-        let slot = Arc::new(SessionSlot::new(info.clone(), None, Vec::new()));
+        let slot = Arc::new(SessionSlot::new(info.clone(), None, Vec::new(), None));
         let created = serde_json::to_value(&info).unwrap_or_default();
         slot.transact(self.store(), |_, change| {
             change.new_session = true;
@@ -338,6 +346,7 @@ impl Runtime {
         let attempts = store.attempts(session_id.to_string()).await?;
         let tool_calls = store.tool_calls(session_id.to_string(), None).await?;
         let last_seq = store.last_seq(session_id.to_string()).await?;
+        let context = self.context_usage(&slot, &history).await.ok();
         Ok(SessionSnapshot {
             session: state.info,
             turn: state.turn,
@@ -346,6 +355,8 @@ impl Runtime {
             attempts,
             tool_calls,
             last_seq,
+            compaction: state.compaction.as_deref().cloned(),
+            context,
         })
     }
 
@@ -506,6 +517,7 @@ impl Runtime {
     /// interrupted or recoverable turn is dropped as `cancelled`.
     pub async fn interrupt_turn(&self, session_id: &str) -> Result<TurnControlResponse> {
         let slot = self.slot(session_id)?;
+        slot.cancel_compaction();
         let _control = slot.control.lock().await;
         if let Some((turn_id, cancel, mut done)) = slot.job_turn() {
             cancel.cancel();

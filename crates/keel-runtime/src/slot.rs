@@ -1,10 +1,11 @@
 //! One session's in-memory state and the single path that changes it.
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use keel_protocol::ids::now_ms;
 use keel_protocol::session::{SessionInfo, TurnInfo};
-use keel_protocol::{Event, InteractionInfo};
+use keel_protocol::{CompactionRecord, Event, InteractionInfo, Item};
+use keel_provider::TokenCounter;
 use keel_store::{Change, Store};
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
@@ -24,6 +25,8 @@ pub(crate) struct SessionState {
     /// Pending interactions, the session's grants (answered
     /// `allow_for_session`), and the current turn's answered ones.
     pub interactions: Vec<InteractionInfo>,
+    /// The session's latest compaction: where its outbound view starts.
+    pub compaction: Option<Arc<CompactionRecord>>,
 }
 
 /// A running turn's driver.
@@ -45,13 +48,31 @@ pub(crate) struct SessionSlot {
     pub control: tokio::sync::Mutex<()>,
     pub job: Mutex<Option<Job>>,
     bus: OnceLock<broadcast::Sender<BusMessage>>,
+    /// Token counts of history items by index, for one counter (history
+    /// only grows, so a count never goes stale).
+    tokens: Mutex<TokenCache>,
+    /// Cancels the compaction in flight, if any (one at a time).
+    compacting: Mutex<Option<(u64, CancellationToken)>>,
+}
+
+#[derive(Default)]
+struct TokenCache {
+    counter: String,
+    counts: Vec<u64>,
 }
 
 impl SessionSlot {
-    pub fn new(info: SessionInfo, turn: Option<TurnInfo>, interactions: Vec<InteractionInfo>) -> SessionSlot {
+    pub fn new(
+        info: SessionInfo,
+        turn: Option<TurnInfo>,
+        interactions: Vec<InteractionInfo>,
+        compaction: Option<CompactionRecord>,
+    ) -> SessionSlot {
         SessionSlot {
             id: info.id.clone(),
-            state: Mutex::new(SessionState { info, turn, interactions }),
+            state: Mutex::new(SessionState { info, turn, interactions, compaction: compaction.map(Arc::new) }),
+            tokens: Mutex::new(TokenCache::default()),
+            compacting: Mutex::new(None),
             writer: tokio::sync::Mutex::new(()),
             control: tokio::sync::Mutex::new(()),
             job: Mutex::new(None),
@@ -89,6 +110,56 @@ impl SessionSlot {
         match self.state.lock() {
             Ok(mut state) => *state = next,
             Err(poisoned) => *poisoned.into_inner() = next,
+        }
+    }
+
+    /// Token counts of `history`'s items under `counter`, counting only
+    /// the items not seen before.
+    pub fn item_tokens(&self, history: &[Item], counter: &dyn TokenCounter) -> Vec<u64> {
+        let mut cache = self.tokens.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if cache.counter != counter.name() || cache.counts.len() > history.len() {
+            cache.counter = counter.name().to_string();
+            cache.counts.clear();
+        }
+        let count = |text: &str| counter.count(text);
+        let start = cache.counts.len();
+        for item in &history[start..] {
+            cache.counts.push(keel_core::compaction::item_tokens(item, &count));
+        }
+        cache.counts.clone()
+    }
+
+    /// The cached token counts of items from index `from` on, summed.
+    pub fn cached_tokens_from(&self, from: usize) -> u64 {
+        let cache = self.tokens.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        cache.counts.get(from..).map(|counts| counts.iter().sum()).unwrap_or(0)
+    }
+
+    /// Registers a compaction in flight, cancelling the one before it (a
+    /// stale summary could not commit anyway). The compaction ends when the
+    /// returned guard is dropped.
+    pub fn begin_compaction(&self, parent: &CancellationToken) -> CompactionGuard<'_> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let token = parent.child_token();
+        let mut slot = self.compacting.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((_, previous)) = slot.replace((id, token.clone())) {
+            previous.cancel();
+        }
+        CompactionGuard { slot: self, id, token }
+    }
+
+    /// Whether a compaction is in flight.
+    pub fn is_compacting(&self) -> bool {
+        self.compacting.lock().map(|slot| slot.as_ref().is_some_and(|(_, t)| !t.is_cancelled())).unwrap_or(false)
+    }
+
+    /// Cancels the compaction in flight, if any.
+    pub fn cancel_compaction(&self) {
+        if let Ok(mut slot) = self.compacting.lock()
+            && let Some((_, token)) = slot.take()
+        {
+            token.cancel();
         }
     }
 
@@ -166,5 +237,21 @@ impl SessionSlot {
 
     pub fn subscribe(&self) -> broadcast::Receiver<BusMessage> {
         self.bus.get_or_init(|| broadcast::channel(BUS_CAPACITY).0).subscribe()
+    }
+}
+
+/// A compaction in flight; dropping it ends the registration.
+pub(crate) struct CompactionGuard<'a> {
+    slot: &'a SessionSlot,
+    id: u64,
+    pub token: CancellationToken,
+}
+
+impl Drop for CompactionGuard<'_> {
+    fn drop(&mut self) {
+        let mut current = self.slot.compacting.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if current.as_ref().is_some_and(|(id, _)| *id == self.id) {
+            *current = None;
+        }
     }
 }

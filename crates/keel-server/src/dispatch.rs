@@ -18,6 +18,7 @@ pub const METHODS: &[&str] = &[
     "session/get",
     "session/list",
     "session/upgrade",
+    "session/compact",
     "turn/start",
     "turn/interrupt",
     "turn/resume",
@@ -72,6 +73,10 @@ pub(crate) async fn call(
         "session/upgrade" => {
             let p: SessionIdParams = params(raw)?;
             result(SessionCreateResponse { session: runtime.upgrade_session(&p.session_id).await.map_err(rt)? })
+        }
+        "session/compact" => {
+            let p: SessionIdParams = params(raw)?;
+            result(runtime.compact_session(&p.session_id).await.map_err(rt)?)
         }
         "turn/start" => {
             let p: TurnStartParams = params(raw)?;

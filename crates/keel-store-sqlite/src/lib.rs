@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
 use keel_protocol::session::{AttemptInfo, SessionInfo, ToolCallInfo, TurnInfo};
-use keel_protocol::{Event, InteractionInfo, Item, TurnStatus};
+use keel_protocol::{CompactionRecord, Event, InteractionInfo, Item, TurnStatus};
 use keel_store::{Change, Result, Store, StoreError, StoreFuture};
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
@@ -239,5 +239,9 @@ impl Store for SqliteStore {
 
     fn interactions(&self, session_id: Option<String>, pending_only: bool) -> StoreFuture<'_, Vec<InteractionInfo>> {
         self.read(move |c| read::interactions(c, session_id.as_deref(), pending_only))
+    }
+
+    fn compactions(&self, session_id: Option<String>, latest_only: bool) -> StoreFuture<'_, Vec<CompactionRecord>> {
+        self.read(move |c| read::compactions(c, session_id.as_deref(), latest_only))
     }
 }

@@ -10,7 +10,20 @@ use rusqlite::Connection;
 
 use crate::backend;
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4)];
+const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5)];
+
+/// Compaction records (outbound view boundaries); history is never
+/// rewritten, so a record is all a compaction stores.
+const V5: &str = "
+CREATE TABLE compactions (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    number INTEGER NOT NULL,
+    record TEXT NOT NULL,
+    created_at_ms BIGINT NOT NULL,
+    UNIQUE (session_id, number)
+);
+";
 
 /// Sensitivity labels of history items (taint).
 const V4: &str = "

@@ -1,7 +1,7 @@
 //! Queries, each run on a reader connection.
 
 use keel_protocol::session::{AttemptInfo, SessionInfo, ToolCallInfo, TurnInfo};
-use keel_protocol::{AttemptStatus, Event, InteractionInfo, Item, ToolCallStatus, TurnStatus};
+use keel_protocol::{AttemptStatus, CompactionRecord, Event, InteractionInfo, Item, ToolCallStatus, TurnStatus};
 use keel_store::{Result, StoreError};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -224,6 +224,24 @@ pub fn interactions(conn: &Connection, session_id: Option<&str>, pending_only: b
     rows.map(|r| {
         let text = r.map_err(backend)?;
         json("interactions", &text)
+    })
+    .collect()
+}
+
+/// Compaction records, oldest first: of one session or all, and only each
+/// session's latest when `latest_only`.
+pub fn compactions(conn: &Connection, session_id: Option<&str>, latest_only: bool) -> Result<Vec<CompactionRecord>> {
+    let mut st = conn
+        .prepare_cached(
+            "SELECT record FROM compactions c WHERE (?1 IS NULL OR session_id = ?1)
+               AND (?2 = 0 OR number = (SELECT MAX(number) FROM compactions WHERE session_id = c.session_id))
+             ORDER BY session_id, number",
+        )
+        .map_err(backend)?;
+    let rows = st.query_map(params![session_id, latest_only], |r| r.get::<_, String>(0)).map_err(backend)?;
+    rows.map(|r| {
+        let text = r.map_err(backend)?;
+        json("compactions", &text)
     })
     .collect()
 }

@@ -10,7 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use keel_protocol::session::{AttemptInfo, SessionInfo, ToolCallInfo, TurnInfo};
-use keel_protocol::{Event, EventKind, InteractionInfo, Item, TurnStatus};
+use keel_protocol::{CompactionRecord, Event, EventKind, InteractionInfo, Item, TurnStatus};
 use serde_json::Value;
 
 /// A boxed future, so the trait stays usable as `dyn Store`.
@@ -80,6 +80,9 @@ pub struct Change {
     pub tool_calls: Vec<ToolCallInfo>,
     /// Interactions inserted or updated (by id).
     pub interactions: Vec<InteractionInfo>,
+    /// A compaction record to insert (its `number` must be new for the
+    /// session).
+    pub compaction: Option<CompactionRecord>,
     pub events: Vec<NewEvent>,
 }
 
@@ -123,4 +126,7 @@ pub trait Store: Send + Sync + 'static {
     /// Interactions of one session (or all), oldest first; only pending ones
     /// when `pending_only`.
     fn interactions(&self, session_id: Option<String>, pending_only: bool) -> StoreFuture<'_, Vec<InteractionInfo>>;
+    /// Compaction records of one session (or all), oldest first; only each
+    /// session's latest when `latest_only`.
+    fn compactions(&self, session_id: Option<String>, latest_only: bool) -> StoreFuture<'_, Vec<CompactionRecord>>;
 }

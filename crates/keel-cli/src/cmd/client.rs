@@ -1,5 +1,5 @@
 //! Commands that talk to the `keel serve` owning a state directory:
-//! `keel inbox`, `keel approve`, `keel deny`, `keel msg`.
+//! `keel inbox`, `keel approve`, `keel deny`, `keel msg`, `keel compact`.
 //!
 //! The server writes its address to `<state>/serve.url` and its token to
 //! `<state>/token`; these commands read both and make one JSON-RPC call over
@@ -38,7 +38,8 @@ pub struct DecideArgs {
     #[arg(long)]
     message: Option<String>,
     /// Another decision: run_again, skip or enter_result (for a call cut
-    /// off by a crash).
+    /// off by a crash); retry or trim (for a compaction whose summary
+    /// failed).
     #[arg(long)]
     decision: Option<String>,
 }
@@ -139,5 +140,50 @@ pub async fn msg(state: PathBuf, args: MsgArgs) -> anyhow::Result<ExitCode> {
     let result = call(&state, "turn/steer", params).await?;
     let note = if result["duplicate"] == true { " (already delivered earlier)" } else { "" };
     println!("message for turn {} accepted{note}", result["turn_id"].as_str().unwrap_or("?"));
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
+pub struct CompactArgs {
+    session: String,
+    #[arg(long)]
+    json: bool,
+}
+
+/// `keel compact`: compacts a session's context now (`session/compact`).
+pub async fn compact(state: PathBuf, args: CompactArgs) -> anyhow::Result<ExitCode> {
+    let result = call(&state, "session/compact", json!({ "session_id": args.session })).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let context = &result["context"];
+    match result["status"].as_str().unwrap_or_default() {
+        "applied" => {
+            let record = &result["compaction"];
+            println!(
+                "compacted (#{}): {} -> {} tokens, {} of the person's messages kept verbatim{}, in {} ms",
+                record["number"],
+                record["tokens_before"],
+                record["tokens_after"],
+                record["users"].as_array().map(Vec::len).unwrap_or(0),
+                if record["trimmed"] == true { ", trimmed without a summary" } else { "" },
+                record["duration_ms"]
+            );
+        }
+        "waiting" => println!(
+            "the summary failed twice; answer {} with `keel approve {} {} --decision retry` or `--decision trim`",
+            result["interaction"]["id"].as_str().unwrap_or("?"),
+            args.session,
+            result["interaction"]["id"].as_str().unwrap_or("?")
+        ),
+        other => println!("{}", other.replace('_', " ")),
+    }
+    if context.is_object() {
+        println!(
+            "context: {} of {} tokens used ({})",
+            context["used_tokens"], context["cap_tokens"], context["tokenizer"].as_str().unwrap_or("?")
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -13,15 +13,32 @@ use std::time::Instant;
 use keel_core::{Next, after_model, after_output_limit};
 use keel_protocol::ids::{new_id, now_ms};
 use keel_protocol::session::{AttemptInfo, TurnError};
-use keel_protocol::{AttemptStatus, EventKind, Item, TurnStatus, Usage};
+use keel_protocol::{AttemptStatus, CompactionReason, EventKind, Item, TurnStatus, Usage};
 use keel_provider::{FailureKind, FinishReason, ModelRequest, ModelResponse, ProviderError};
 use keel_store::NewEvent;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::{TurnRun, push_item};
+use crate::compaction::{Compacted, Request, compact};
 use crate::error::Result;
 use crate::events::BusMessage;
+
+/// How a model round trip ended.
+pub(super) enum Called {
+    Next(Next),
+    Cancelled,
+    /// A compaction needs a person's answer; the turn waits.
+    Parked,
+}
+
+/// Whether the next request may go out.
+enum Fit {
+    /// Yes; `true` when a compaction was committed first.
+    Ready(bool),
+    Cancelled,
+    Parked,
+}
 
 /// How one attempt ended.
 enum Outcome {
@@ -31,11 +48,18 @@ enum Outcome {
 }
 
 impl TurnRun<'_> {
-    /// One model round trip. `None` means the turn was cancelled.
-    pub(super) async fn call_model(&mut self, cancel: &CancellationToken) -> Result<Option<Next>> {
+    /// One model round trip, compacting the context first when the request
+    /// would pass the session's threshold.
+    pub(super) async fn call_model(&mut self, cancel: &CancellationToken) -> Result<Called> {
         self.deliver_steers().await?;
+        match self.fit_context(cancel, None).await? {
+            Fit::Ready(_) => {}
+            Fit::Cancelled => return Ok(Called::Cancelled),
+            Fit::Parked => return Ok(Called::Parked),
+        }
         let step = self.slot.turn_steps() + 1;
         let mut tries_on_model = 0u32;
+        let mut forced_compactions = 0;
         loop {
             let provider_name = self.models[self.model_index].provider.name().to_string();
             if let Some(wait) = self.runtime.inner.breakers.open_for(&provider_name) {
@@ -51,14 +75,25 @@ impl TurnRun<'_> {
                         wait.as_secs() + 1
                     ),
                 );
-                return Ok(Some(self.failure_next(error)));
+                return Ok(Called::Next(self.failure_next(error)));
             }
             tries_on_model += 1;
             match self.attempt(step, cancel).await? {
-                Outcome::Cancelled => return Ok(None),
+                Outcome::Cancelled => return Ok(Called::Cancelled),
                 Outcome::Completed(response) => {
                     self.runtime.inner.breakers.success(&provider_name);
-                    return Ok(Some(self.decide(response, step).await?));
+                    return Ok(Called::Next(self.decide(response, step).await?));
+                }
+                // The provider measured the request as too long: compact
+                // (keeping less) and send it again, at most twice a step.
+                Outcome::Failed(error) if error.kind == FailureKind::ContextTooLong && forced_compactions < 2 => {
+                    forced_compactions += 1;
+                    match self.fit_context(cancel, Some(CompactionReason::ContextTooLong)).await? {
+                        Fit::Ready(true) => continue,
+                        Fit::Ready(false) => return Ok(Called::Next(self.failure_next(error))),
+                        Fit::Cancelled => return Ok(Called::Cancelled),
+                        Fit::Parked => return Ok(Called::Parked),
+                    }
                 }
                 Outcome::Failed(error) => {
                     if error.kind.is_retryable() {
@@ -79,7 +114,7 @@ impl TurnRun<'_> {
                             .await?;
                         tokio::select! {
                             biased;
-                            _ = cancel.cancelled() => return Ok(None),
+                            _ = cancel.cancelled() => return Ok(Called::Cancelled),
                             _ = tokio::time::sleep(delay) => {}
                         }
                         continue;
@@ -89,10 +124,40 @@ impl TurnRun<'_> {
                         tries_on_model = 0;
                         continue;
                     }
-                    return Ok(Some(self.failure_next(error)));
+                    return Ok(Called::Next(self.failure_next(error)));
                 }
             }
         }
+    }
+
+    /// Compacts when the next request would pass the session's threshold,
+    /// or (with `forced`) because the provider said it was too long.
+    async fn fit_context(&mut self, cancel: &CancellationToken, forced: Option<CompactionReason>) -> Result<Fit> {
+        let state = self.slot.state();
+        let budget = self.runtime.budget(&self.spec, &state.info.compaction).await?;
+        let fixed = *self.fixed_tokens.get_or_insert_with(|| budget.fixed(&self.instructions, &self.tools.specs));
+        let reason = match forced {
+            Some(reason) => reason,
+            None => {
+                let items = self.slot.item_tokens(&self.history, budget.counter.as_ref());
+                if fixed + budget.view(state.compaction.as_deref(), &items) <= budget.threshold {
+                    return Ok(Fit::Ready(false));
+                }
+                CompactionReason::Threshold
+            }
+        };
+        let guard = self.slot.begin_compaction(cancel);
+        let request = Request { reason, spec: &self.spec, fixed, turn_id: Some(self.turn_id), cancel: &guard.token };
+        let outcome = compact(self.runtime, self.slot, request).await?;
+        drop(guard);
+        Ok(match outcome {
+            Compacted::Applied(_) => Fit::Ready(true),
+            Compacted::Waiting(_) => Fit::Parked,
+            Compacted::Cancelled if cancel.is_cancelled() => Fit::Cancelled,
+            // Nothing to cut, or a stale summary: send the request as it is;
+            // the provider has the last word on its size.
+            Compacted::NothingToCompact | Compacted::Discarded(_) | Compacted::Cancelled => Fit::Ready(false),
+        })
     }
 
     /// Moves to the coworker's next fallback model, journaling the switch.
@@ -156,7 +221,7 @@ impl TurnRun<'_> {
         let request = ModelRequest {
             model: model.model.clone(),
             instructions: self.live_instructions(),
-            items: self.history.clone(),
+            items: keel_core::compaction::outbound(&self.history, self.slot.state().compaction.as_deref()),
             tools: self.tools.specs.clone(),
             max_output_tokens: self.max_output_tokens,
             images: self.visible_images(),
