@@ -151,11 +151,12 @@ pub fn choose_boundary(history: &[Item], tokens: &[u64], previous: u64, keep_tok
 }
 
 /// Whether an item is a person's own message (not a runtime notice).
+pub fn is_person_message(item: &Item) -> bool {
+    matches!(item, Item::Message { role: Role::User, runtime_notice: None, .. })
+}
+
 fn person_text(item: &Item) -> Option<String> {
-    match item {
-        Item::Message { role: Role::User, runtime_notice: None, .. } => item.message_text(),
-        _ => None,
-    }
+    if is_person_message(item) { item.message_text() } else { None }
 }
 
 /// The person's messages in `history` (before the boundary), verbatim,
@@ -238,10 +239,13 @@ fn push_unique(list: &mut Vec<String>, path: &str) {
 }
 
 /// The transcript the summarizer reads: the previous summary, then the
-/// items being compacted, each cut to a readable size. When the whole is
-/// over `budget_chars`, items in the middle are left out (and counted).
+/// items being compacted, each cut to its share of `budget_chars` (at most
+/// 2,000 characters). When the whole is still over, items in the middle are
+/// left out (and counted).
 pub fn transcript(previous: Option<&CompactionRecord>, items: &[Item], budget_chars: usize) -> String {
-    let mut lines: Vec<String> = items.iter().map(render).collect();
+    // Share the budget so every item shows at least its start.
+    let per_item = (budget_chars / items.len().max(1)).clamp(200, TRANSCRIPT_ITEM_CHARS);
+    let mut lines: Vec<String> = items.iter().map(|item| render(item, per_item)).collect();
     let mut head = String::new();
     if let Some(previous) = previous.filter(|p| !p.summary.trim().is_empty()) {
         head = format!("[summary of the conversation before this part]\n{}\n\n", previous.summary.trim());
@@ -258,7 +262,7 @@ pub fn transcript(previous: Option<&CompactionRecord>, items: &[Item], budget_ch
     format!("{head}{}", lines.join("\n"))
 }
 
-fn render(item: &Item) -> String {
+fn render(item: &Item, max_chars: usize) -> String {
     let (label, text) = match item {
         Item::Message { role, runtime_notice, .. } => {
             let who = match (role, runtime_notice) {
@@ -275,7 +279,7 @@ fn render(item: &Item) -> String {
             (label, output.clone())
         }
     };
-    format!("[{label}] {}", clip(&text, TRANSCRIPT_ITEM_CHARS))
+    format!("[{label}] {}", clip(&text, max_chars))
 }
 
 fn clip(text: &str, max: usize) -> String {

@@ -265,8 +265,7 @@ pub(crate) async fn trimmed_record(
     Ok(Some(record(slot, request, &budget, cut, None, previous.as_deref(), started)))
 }
 
-/// Chooses the boundary: keep the recent part that fits a share of the cap,
-/// else cut after everything (the block alone stands for the history).
+/// Chooses the boundary: keep the recent part that fits a share of the cap.
 fn cut(
     slot: &SessionSlot,
     history: &[Item],
@@ -278,8 +277,20 @@ fn cut(
     let previous_boundary = previous.map(|p| p.boundary).unwrap_or(0);
     let percent = if request.reason == CompactionReason::ContextTooLong { FORCED_KEEP_PERCENT } else { KEEP_PERCENT };
     let keep = budget.cap * percent / 100;
-    let boundary = plan::choose_boundary(history, &items, previous_boundary, keep)
-        .or_else(|| plan::choose_boundary(history, &items, previous_boundary, 0))?;
+    // The person's latest message stays after the boundary, where it reads
+    // as theirs, unless the provider refused the request as too long.
+    let person_cut = history
+        .iter()
+        .rposition(plan::is_person_message)
+        .map(|at| at as u64)
+        .filter(|&at| at > previous_boundary && plan::is_clean_cut(history, at as usize));
+    let keep_cut = plan::choose_boundary(history, &items, previous_boundary, keep);
+    let boundary = match (request.reason, keep_cut, person_cut) {
+        (CompactionReason::ContextTooLong, None, None) => plan::choose_boundary(history, &items, previous_boundary, 0),
+        (CompactionReason::ContextTooLong, keep_cut, person_cut) => keep_cut.or(person_cut),
+        (_, Some(keep_cut), Some(person_cut)) => Some(keep_cut.min(person_cut)),
+        (_, keep_cut, person_cut) => keep_cut.or(person_cut),
+    }?;
     let before = &history[..boundary as usize];
     let count = |text: &str| budget.count(text);
     let (users, dropped_users) = plan::person_messages(before, budget.cap * USERS_PERCENT / 100, &count);
