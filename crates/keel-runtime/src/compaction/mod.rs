@@ -60,7 +60,10 @@ pub(crate) const COMPACTION_TOOL: &str = "keel.compaction";
 /// Token counters and context windows by `provider:model`, built once (a
 /// local model's tokenizer loads the model file).
 #[derive(Default)]
-pub(crate) struct Counters(Mutex<HashMap<String, (Arc<dyn TokenCounter>, Option<u64>)>>);
+pub(crate) struct Counters(Mutex<HashMap<String, ModelTokens>>);
+
+/// A model's token counter and context window (when known).
+type ModelTokens = (Arc<dyn TokenCounter>, Option<u64>);
 
 /// How a session's requests are measured.
 #[derive(Clone)]
