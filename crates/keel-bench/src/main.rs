@@ -11,6 +11,7 @@
 //! requests) / round trips. It counts everything keel does around the model:
 //! journaling, tool execution, history assembly, request encoding.
 
+mod compaction;
 mod parse;
 mod tools;
 
@@ -64,6 +65,18 @@ enum Bench {
         #[arg(long, default_value_t = 1000)]
         calls: usize,
     },
+    /// Compaction quality: planted facts kept, tokens reclaimed, time taken.
+    Compaction {
+        /// The model that writes the summaries.
+        #[arg(long, default_value = "local:smollm2")]
+        summary_model: String,
+        /// How many of the scenarios to run (up to 3).
+        #[arg(long, default_value_t = 3)]
+        scenarios: usize,
+        /// Fail if a fact keel keeps by construction was lost.
+        #[arg(long)]
+        strict: bool,
+    },
     /// Internal: open a state directory and report memory (used by `idle`).
     #[command(hide = true)]
     Load { state: PathBuf },
@@ -85,6 +98,9 @@ fn main() -> Result<()> {
             Some(Bench::Load { state }) => load(&state).await,
             Some(Bench::Parse { requests }) => parse::bench(requests).await,
             Some(Bench::Tools { calls }) => tools::bench(calls).await,
+            Some(Bench::Compaction { summary_model, scenarios, strict }) => {
+                compaction::bench(&summary_model, scenarios, strict).await
+            }
             #[cfg(feature = "local")]
             Some(Bench::Local { model }) => parse::local(&model).await,
             None => {

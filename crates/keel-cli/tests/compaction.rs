@@ -203,7 +203,10 @@ async fn a_summary_that_fails_twice_parks_an_attended_turn_until_a_person_trims(
     let question = snapshot["interactions"].as_array().unwrap().iter().find(|i| i["kind"] == "compaction").unwrap();
     assert_eq!(question["status"], "pending");
     let wrong = client
-        .call("interaction/respond", json!({"session_id": id, "interaction_id": question["id"], "decision": "allow_once"}))
+        .call(
+            "interaction/respond",
+            json!({"session_id": id, "interaction_id": question["id"], "decision": "allow_once"}),
+        )
         .await
         .unwrap()
         .unwrap_err();
@@ -385,7 +388,11 @@ async fn crash_during_compaction(crash: Option<&str>) {
     let mut client = keel.client().await.unwrap();
     let id = session(&mut client, &ws, 1_500, true, true).await;
     two_long_rounds(&mut client, &mock, &id).await;
-    let summary = if crash.is_some() { Reply::text(SUMMARY) } else { Reply::text(SUMMARY).delay_first_byte(Duration::from_secs(60)) };
+    let summary = if crash.is_some() {
+        Reply::text(SUMMARY)
+    } else {
+        Reply::text(SUMMARY).delay_first_byte(Duration::from_secs(60))
+    };
     mock.push(summary);
     client
         .ok("turn/start", json!({"session_id": id, "submission_id": "s3", "text": filler("round-three-notes", 600)}))

@@ -41,9 +41,7 @@ pub fn item_tokens(item: &Item, count: &dyn Fn(&str) -> u64) -> u64 {
     match item {
         Item::Message { content, .. } => 4 + content.iter().map(|part| count(part.text())).sum::<u64>(),
         Item::FunctionCall { name, arguments, .. } => 8 + count(name) + count(arguments),
-        Item::FunctionCallOutput { output, images, .. } => {
-            6 + count(output) + IMAGE_TOKENS * images.len() as u64
-        }
+        Item::FunctionCallOutput { output, images, .. } => 6 + count(output) + IMAGE_TOKENS * images.len() as u64,
     }
 }
 
@@ -275,7 +273,8 @@ fn render(item: &Item, max_chars: usize) -> String {
         }
         Item::FunctionCall { name, arguments, .. } => (format!("tool call {name}"), arguments.clone()),
         Item::FunctionCallOutput { output, images, .. } => {
-            let label = if images.is_empty() { "tool result".into() } else { format!("tool result, {} images", images.len()) };
+            let label =
+                if images.is_empty() { "tool result".into() } else { format!("tool result, {} images", images.len()) };
             (label, output.clone())
         }
     };

@@ -285,10 +285,21 @@ impl TokenPicker {
             ),
             None => None,
         };
-        let choose = if job.temperature > 0.0 {
+        let pick = if job.temperature > 0.0 {
             LlamaSampler::chain_simple([LlamaSampler::temp(job.temperature), LlamaSampler::dist(job.seed)])
         } else {
             LlamaSampler::greedy()
+        };
+        // Small models decoding greedily fall into loops in free text (a
+        // summary repeating one sentence until the output limit). A mild
+        // penalty on the last 64 generated tokens breaks them; prompt tokens
+        // are not penalized, so copying names and numbers from the input
+        // stays cheap. Grammar-constrained output (tool calls) repeats
+        // punctuation by design and is left alone.
+        let choose = if grammar.is_none() {
+            LlamaSampler::chain_simple([LlamaSampler::penalties(job.model.model.n_vocab(), 64, 1.15, 0.0, 0.0), pick])
+        } else {
+            pick
         };
         Ok(TokenPicker { choose, grammar })
     }

@@ -20,8 +20,8 @@ pub mod openai_chat;
 pub mod openai_responses;
 mod output;
 mod retry_after;
-pub mod tokens;
 pub mod sse;
+pub mod tokens;
 mod transport;
 
 use std::future::Future;

@@ -76,6 +76,12 @@ pub struct CoworkerSpec {
     /// Compaction defaults for its sessions (`session/create` may override).
     #[serde(default)]
     pub compaction: Option<keel_protocol::CompactionSettings>,
+    /// The model that writes compaction summaries (`provider:model`);
+    /// the coworker's own model when unset. A cheaper or local model works:
+    /// the person's messages and the working state are kept verbatim
+    /// whatever it writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_model: Option<String>,
     /// Models to move to, in order, when the first one fails for good
     /// (auth, out of credit, unreachable after retries).
     #[serde(default)]

@@ -84,6 +84,9 @@ pub fn validate(dir: &Path, providers: &[String], tools: &[String]) -> Vec<Probl
         for fallback in &spec.fallback_models {
             check_model(id, "fallback_models", fallback, &mut problems);
         }
+        if let Some(summary) = &spec.summary_model {
+            check_model(id, "summary_model", summary, &mut problems);
+        }
         for tool in &spec.tools {
             let (server, _) = keel_tools::split_qualified(tool);
             let known = tools.iter().any(|t| t == tool) || parsed.mcp_servers.contains_key(server);
@@ -365,6 +368,7 @@ pub fn schema() -> Value {
                                 "threshold_percent": {"type": "integer", "minimum": 10, "maximum": 100, "default": 80, "description": "Compact when the next request would pass this share of the cap"}
                             }
                         },
+                        "summary_model": model,
                         "fallback_models": {"type": "array", "items": model},
                         "max_steps": {"type": "integer", "minimum": 1},
                         "max_output_tokens": {"type": "integer", "minimum": 1},

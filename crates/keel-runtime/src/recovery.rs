@@ -279,6 +279,7 @@ fn empty_spec() -> crate::bundle::CoworkerSpec {
         approval_timeout_secs: None,
         taint: Default::default(),
         compaction: None,
+        summary_model: None,
         fallback_models: Vec::new(),
         max_steps: None,
         max_output_tokens: None,

@@ -24,7 +24,10 @@ async fn a_coworker_s_compaction_defaults_and_resources_apply_unless_the_client_
     config.providers = keel_runtime::ProviderSet::new().with(std::sync::Arc::new(chat));
     let runtime = Runtime::open(config).await.unwrap();
     let defaulted = support::session(&runtime, dir.path()).await;
-    assert_eq!(defaulted.compaction, CompactionSettings { cap_tokens: Some(9000), auto_trim_on_failure: false, threshold_percent: None });
+    assert_eq!(
+        defaulted.compaction,
+        CompactionSettings { cap_tokens: Some(9000), auto_trim_on_failure: false, threshold_percent: None }
+    );
     assert_eq!(defaulted.coworker_spec["resources"]["network"], true);
     assert_eq!(defaulted.coworker_spec["resources"]["read"][0], "/usr/share");
     assert!(defaulted.coworker_spec["tool_digests"]["shell.run"].as_str().unwrap().starts_with("sha256:"));

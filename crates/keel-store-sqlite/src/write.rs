@@ -234,9 +234,7 @@ fn apply(conn: &Connection, change: &Change) -> Result<Vec<Event>> {
         conn.prepare_cached(
             "INSERT INTO compactions (id, session_id, number, record, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
         )
-        .and_then(|mut st| {
-            st.execute(params![record.id, change.session_id, record.number, text, record.created_at_ms])
-        })
+        .and_then(|mut st| st.execute(params![record.id, change.session_id, record.number, text, record.created_at_ms]))
         .map_err(backend)?;
     }
     append_events(conn, change, now)

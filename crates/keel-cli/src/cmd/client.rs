@@ -182,7 +182,9 @@ pub async fn compact(state: PathBuf, args: CompactArgs) -> anyhow::Result<ExitCo
     if context.is_object() {
         println!(
             "context: {} of {} tokens used ({})",
-            context["used_tokens"], context["cap_tokens"], context["tokenizer"].as_str().unwrap_or("?")
+            context["used_tokens"],
+            context["cap_tokens"],
+            context["tokenizer"].as_str().unwrap_or("?")
         );
     }
     Ok(ExitCode::SUCCESS)

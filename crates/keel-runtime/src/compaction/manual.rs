@@ -84,7 +84,9 @@ impl Runtime {
         let waiting_turn = state
             .turn
             .as_ref()
-            .filter(|t| t.id == interaction.turn_id && matches!(t.status, TurnStatus::Waiting | TurnStatus::Recoverable))
+            .filter(|t| {
+                t.id == interaction.turn_id && matches!(t.status, TurnStatus::Waiting | TurnStatus::Recoverable)
+            })
             .map(|t| t.id.clone());
         let reason = serde_json::from_str::<serde_json::Value>(&interaction.request.arguments)
             .ok()

@@ -33,7 +33,7 @@ use std::time::Instant;
 use keel_core::compaction::{self as plan, SUMMARY_INSTRUCTIONS};
 use keel_protocol::ids::{new_id, now_ms};
 use keel_protocol::interaction::{CallRequest, Digests};
-use keel_protocol::{CompactionReason, CompactionRecord, ContextUsage, CompactionSettings, EventKind};
+use keel_protocol::{CompactionReason, CompactionRecord, CompactionSettings, ContextUsage, EventKind};
 use keel_protocol::{InteractionInfo, InteractionKind, InteractionStatus, Item, ToolSpec, TurnStatus, Usage};
 use keel_provider::{ModelRequest, TokenCounter};
 use keel_store::NewEvent;
@@ -138,24 +138,25 @@ struct Cut {
 }
 
 impl Runtime {
-    /// The counter and cap for a session of `spec` with `settings`.
-    pub(crate) async fn budget(&self, spec: &CoworkerSpec, settings: &CompactionSettings) -> Result<Budget> {
-        let cached = self.inner.counters.0.lock().ok().and_then(|map| map.get(&spec.model).cloned());
-        let (counter, window) = match cached {
-            Some(found) => found,
-            None => {
-                let (provider, model) = self.inner.providers.resolve(&spec.model)?;
-                let found = tokio::task::spawn_blocking(move || {
-                    (provider.token_counter(&model), provider.context_window(&model))
-                })
+    /// The token counter and context window of `model_ref`.
+    async fn model_tokens(&self, model_ref: &str) -> Result<ModelTokens> {
+        if let Some(found) = self.inner.counters.0.lock().ok().and_then(|map| map.get(model_ref).cloned()) {
+            return Ok(found);
+        }
+        let (provider, model) = self.inner.providers.resolve(model_ref)?;
+        let found =
+            tokio::task::spawn_blocking(move || (provider.token_counter(&model), provider.context_window(&model)))
                 .await
                 .map_err(|e| RuntimeError::Config(format!("the token counter could not be built: {e}")))?;
-                if let Ok(mut map) = self.inner.counters.0.lock() {
-                    map.insert(spec.model.clone(), found.clone());
-                }
-                found
-            }
-        };
+        if let Ok(mut map) = self.inner.counters.0.lock() {
+            map.insert(model_ref.to_string(), found.clone());
+        }
+        Ok(found)
+    }
+
+    /// The counter and cap for a session of `spec` with `settings`.
+    pub(crate) async fn budget(&self, spec: &CoworkerSpec, settings: &CompactionSettings) -> Result<Budget> {
+        let (counter, window) = self.model_tokens(&spec.model).await?;
         let cap = settings.cap_tokens.or(window).unwrap_or(DEFAULT_CAP).max(1);
         Ok(Budget { counter, cap, threshold: cap * settings.threshold_percent() / 100 })
     }
@@ -197,9 +198,16 @@ pub(crate) async fn compact(runtime: &Runtime, slot: &SessionSlot, request: Requ
     let Some(cut) = cut(slot, &history, previous.as_deref(), &budget, &request) else {
         return Ok(Compacted::NothingToCompact);
     };
-    let (provider, model) = runtime.inner.providers.resolve(&request.spec.model)?;
-    let max_output = (budget.cap / 8).clamp(256, 2_048);
-    let chars = (budget.cap.saturating_sub(max_output + 1_000) * 3).max(2_000) as usize;
+    // The summarizer reads as much as its own window allows: the session's
+    // cap when it is the coworker's model, else that model's window.
+    let summarizer = request.spec.summary_model.clone().unwrap_or_else(|| request.spec.model.clone());
+    let (provider, model) = runtime.inner.providers.resolve(&summarizer)?;
+    let window = match &request.spec.summary_model {
+        Some(other) => runtime.model_tokens(other).await?.1.unwrap_or(DEFAULT_CAP),
+        None => budget.cap,
+    };
+    let max_output = (window / 8).clamp(256, 2_048);
+    let chars = (window.saturating_sub(max_output + 1_000) * 3).max(2_000) as usize;
     let transcript = plan::transcript(previous.as_deref(), &history[cut.from..cut.boundary as usize], chars);
     let summarize = ModelRequest {
         model,
@@ -240,7 +248,8 @@ pub(crate) async fn compact(runtime: &Runtime, slot: &SessionSlot, request: Requ
     match summary {
         Some((text, usage)) => {
             crate::faults::crash_if("summary_returned");
-            let record = record(slot, &request, &budget, cut, Some((text, usage)), previous.as_deref(), started);
+            let mut record = record(slot, &request, &budget, cut, Some((text, usage)), previous.as_deref(), started);
+            record.model = Some(summarizer);
             commit(runtime, slot, record, previous.as_deref(), request.turn_id, None).await
         }
         None if !state.info.attended && settings.auto_trim_on_failure => {
@@ -289,7 +298,6 @@ fn cut(
         .filter(|&at| at > previous_boundary && plan::is_clean_cut(history, at as usize));
     let keep_cut = plan::choose_boundary(history, &items, previous_boundary, keep);
     let boundary = match (request.reason, keep_cut, person_cut) {
-        (CompactionReason::ContextTooLong, None, None) => plan::choose_boundary(history, &items, previous_boundary, 0),
         (CompactionReason::ContextTooLong, keep_cut, person_cut) => keep_cut.or(person_cut),
         (_, Some(keep_cut), Some(person_cut)) => Some(keep_cut.min(person_cut)),
         (_, keep_cut, person_cut) => keep_cut.or(person_cut),
@@ -332,7 +340,7 @@ fn record(
         reason: request.reason,
         tokens_before: cut.tokens_before,
         tokens_after: 0,
-        model: (!trimmed).then(|| request.spec.model.clone()),
+        model: None,
         usage,
         history_len: cut.history_len,
         created_at_ms: now_ms(),
@@ -380,9 +388,13 @@ async fn commit(
         })
         .await;
     match outcome {
-        Ok(_) => Ok(Compacted::Applied(slot.state().compaction.as_deref().cloned().ok_or_else(|| {
-            RuntimeError::Conflict("the compaction record vanished after its commit".into())
-        })?)),
+        Ok(_) => Ok(Compacted::Applied(
+            slot.state()
+                .compaction
+                .as_deref()
+                .cloned()
+                .ok_or_else(|| RuntimeError::Conflict("the compaction record vanished after its commit".into()))?,
+        )),
         Err(RuntimeError::Conflict(why)) => {
             let _ = slot
                 .transact(runtime.store(), |_, change| {
@@ -448,7 +460,8 @@ async fn ask(
         superseded_by: None,
     };
     let record = serde_json::to_value(&interaction).unwrap_or_default();
-    let failed = json!({ "reason": request.reason, "errors": failures, "action": "asked", "interaction_id": interaction.id });
+    let failed =
+        json!({ "reason": request.reason, "errors": failures, "action": "asked", "interaction_id": interaction.id });
     let parks_turn = request.turn_id.is_some();
     let asked = interaction.clone();
     slot.transact_then(
