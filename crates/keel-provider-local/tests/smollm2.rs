@@ -209,6 +209,11 @@ fn tokens_are_counted_with_the_models_tokenizer() -> anyhow::Result<()> {
     assert_eq!(provider.tokenize_count("smollm2", "").expect("counts"), 0);
     let long = provider.tokenize_count("smollm2", &"keel ".repeat(100)).expect("counts");
     assert!(long >= 100, "{long}");
+    // The same tokenizer backs compaction's accounting.
+    let counter = provider.token_counter("smollm2");
+    assert_eq!(counter.name(), "llama.cpp");
+    assert_eq!(counter.count("Hello world"), hello as u64);
+    assert_eq!(provider.context_window("smollm2"), Some(4096));
     Ok(())
 }
 

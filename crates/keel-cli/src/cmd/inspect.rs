@@ -104,6 +104,23 @@ pub async fn show(state: PathBuf, args: ShowArgs) -> anyhow::Result<ExitCode> {
             pending["request"]["reason"].as_str().unwrap_or("")
         );
     }
+    if let Some(context) = &snapshot.context {
+        println!(
+            "context   {} of {} tokens used ({}), compacts past {}",
+            context.used_tokens, context.cap_tokens, context.tokenizer, context.threshold_tokens
+        );
+    }
+    if let Some(record) = &snapshot.compaction {
+        println!(
+            "compacted #{} ({}): history before item {} is sent as a summary{}; {} -> {} tokens",
+            record.number,
+            record.reason.as_str(),
+            record.boundary,
+            if record.trimmed { " (trimmed, no summary)" } else { "" },
+            record.tokens_before,
+            record.tokens_after
+        );
+    }
     println!("history");
     for (index, item) in snapshot.history.iter().enumerate() {
         println!("  {index:>4}  {}", describe(item));
