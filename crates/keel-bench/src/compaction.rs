@@ -235,7 +235,7 @@ pub async fn bench(summary_model: &str, count: usize, strict: bool) -> Result<()
         let local = keel_provider_local::LocalProvider::new(keel_provider_local::LocalConfig::from_env());
         providers = providers.with(Arc::new(local));
     }
-    let mut config = RuntimeConfig::new(&dir.path().join("state"));
+    let mut config = RuntimeConfig::new(dir.path().join("state"));
     config.bundles = vec![bundle];
     config.providers = providers;
     let runtime = Runtime::open(config).await?;

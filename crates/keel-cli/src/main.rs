@@ -35,6 +35,8 @@ enum Command {
     Events(cmd::inspect::EventsArgs),
     /// Show every tool call of a session: who let it run and how it ended, secrets redacted.
     Audit(cmd::audit::Args),
+    /// Replay a session against its recorded model answers and tool results, and check keel decides the same.
+    Replay(cmd::replay::Args),
     /// Check a bundle and report every problem with file, line and a fix.
     Validate(cmd::validate::Args),
     /// Questions waiting for a person, across sessions (needs `keel serve`).
@@ -86,6 +88,7 @@ fn main() -> ExitCode {
             Command::Approve(args) => cmd::client::decide(state, args, true).await,
             Command::Deny(args) => cmd::client::decide(state, args, false).await,
             Command::Msg(args) => cmd::client::msg(state, args).await,
+            Command::Replay(args) => cmd::replay::run(state, args).await,
             Command::Compact(args) => cmd::client::compact(state, args).await,
         }
     });

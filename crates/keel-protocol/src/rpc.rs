@@ -135,6 +135,15 @@ pub struct SessionSnapshot {
     pub context: Option<crate::ContextUsage>,
 }
 
+/// `session/fork`: a new session from another's journal point.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionForkParams {
+    pub session_id: String,
+    /// The journal seq to fork after (`keel events` lists them).
+    pub at_seq: u64,
+}
+
 /// The result of `session/compact`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct CompactResponse {

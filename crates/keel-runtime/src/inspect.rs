@@ -70,6 +70,24 @@ impl Inspector {
         })
     }
 
+    /// Every compaction record of a session, oldest first.
+    pub async fn compactions(&self, session_id: &str) -> Result<Vec<keel_protocol::CompactionRecord>> {
+        Ok(self.store.compactions(Some(session_id.to_string()), false).await?)
+    }
+
+    /// The whole journal of a session, in order.
+    pub async fn all_events(&self, session_id: &str) -> Result<Vec<Event>> {
+        let mut all: Vec<Event> = Vec::new();
+        loop {
+            let after = all.last().map_or(0, |e| e.seq);
+            let page = self.store.events(session_id.to_string(), after, 1_000).await?;
+            if page.is_empty() {
+                return Ok(all);
+            }
+            all.extend(page);
+        }
+    }
+
     pub async fn events(&self, session_id: &str, after_seq: u64, limit: u32) -> Result<Vec<Event>> {
         Ok(self.store.events(session_id.to_string(), after_seq, limit).await?)
     }

@@ -261,6 +261,12 @@ impl Runtime {
             usage: Usage::default(),
             labels: Default::default(),
         };
+        self.insert_session(info).await
+    }
+
+    /// Commits a new session exactly as `info` says (its pinned coworker
+    /// included) and serves it.
+    pub(crate) async fn insert_session(&self, info: SessionInfo) -> Result<SessionInfo> {
         let slot = Arc::new(SessionSlot::new(info.clone(), None, Vec::new(), None));
         let created = serde_json::to_value(&info).unwrap_or_default();
         slot.transact(self.store(), |_, change| {

@@ -19,6 +19,7 @@ pub const METHODS: &[&str] = &[
     "session/list",
     "session/upgrade",
     "session/compact",
+    "session/fork",
     "turn/start",
     "turn/interrupt",
     "turn/resume",
@@ -73,6 +74,10 @@ pub(crate) async fn call(
         "session/upgrade" => {
             let p: SessionIdParams = params(raw)?;
             result(SessionCreateResponse { session: runtime.upgrade_session(&p.session_id).await.map_err(rt)? })
+        }
+        "session/fork" => {
+            let p: keel_protocol::rpc::SessionForkParams = params(raw)?;
+            result(SessionCreateResponse { session: runtime.fork_session(&p.session_id, p.at_seq).await.map_err(rt)? })
         }
         "session/compact" => {
             let p: SessionIdParams = params(raw)?;

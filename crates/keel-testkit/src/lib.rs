@@ -24,6 +24,7 @@ mod http;
 pub mod mcp_servers;
 mod openai_chat;
 mod openai_responses;
+pub mod otlp;
 mod recorded;
 mod reply;
 pub mod responders;

@@ -4,6 +4,7 @@ pub mod audit;
 pub mod client;
 pub mod doctor;
 pub mod inspect;
+pub mod replay;
 pub mod run;
 pub mod serve;
 pub mod validate;
