@@ -5,6 +5,7 @@
 
 mod cmd;
 mod providers;
+mod telemetry;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

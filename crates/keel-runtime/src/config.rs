@@ -75,6 +75,9 @@ pub struct RuntimeConfig {
     /// Secret values by name (provider API keys) that must never be
     /// journaled; see `crate::secrets`.
     pub secrets: Vec<(String, String)>,
+    /// Where traces and metrics go (disabled by default; the CLI reads the
+    /// standard `OTEL_*` variables). See `crate::telemetry`.
+    pub telemetry: keel_telemetry::Telemetry,
 }
 
 impl RuntimeConfig {
@@ -93,6 +96,7 @@ impl RuntimeConfig {
             }),
             runner_idle: std::time::Duration::from_secs(60),
             secrets: Vec::new(),
+            telemetry: keel_telemetry::Telemetry::disabled(),
         }
     }
 }

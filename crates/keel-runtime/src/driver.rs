@@ -31,7 +31,9 @@ use crate::bundle::CoworkerSpec;
 use crate::error::{Result, RuntimeError};
 use crate::runtime::Runtime;
 use crate::slot::SessionSlot;
+use crate::telemetry::{SegmentContext, Span};
 use crate::tools::TurnTools;
+use keel_telemetry::{KeyValue, SpanKind};
 
 mod model_call;
 
@@ -69,6 +71,8 @@ struct TurnRun<'a> {
     provider_time: std::time::Duration,
     /// Tokens of the instructions and tool declarations (counted once).
     fixed_tokens: Option<u64>,
+    /// Where this segment's spans go.
+    segment: SegmentContext,
 }
 
 /// Drives a turn until it finishes, is cancelled, or the runtime shuts down.
@@ -80,7 +84,14 @@ pub(crate) async fn drive(
     cancel: &CancellationToken,
 ) {
     let started = Instant::now();
-    let outcome = match prepare(runtime, slot, turn_id).await {
+    let (trace, turn_span) = crate::telemetry::turn_trace(turn_id);
+    let mut segment =
+        Span::new(trace, Some(turn_span), "segment", SpanKind::Internal, keel_telemetry::now_unix_nanos());
+    segment
+        .attr(KeyValue::str("keel.turn.id", turn_id))
+        .attr(KeyValue::str("gen_ai.conversation.id", slot.id.as_str()));
+    let context = SegmentContext { trace, span: segment.id() };
+    let outcome = match prepare(runtime, slot, turn_id, context).await {
         Ok(mut run) => {
             let result = run.drive(first, cancel).await;
             runtime.inner.metrics.record_turn(started.elapsed(), run.provider_time);
@@ -97,12 +108,21 @@ pub(crate) async fn drive(
         tracing::warn!(session = %slot.id, turn = turn_id, %error, "turn failed");
         // If this commit fails too the turn stays `running` on disk and the
         // next open marks it interrupted: nothing is lost either way.
+        segment.error(kind, &message);
         let failure = TurnError { kind: kind.into(), message };
         let _ = finish(runtime, slot, turn_id, Ending::new(TurnStatus::Failed, Some(failure), "the turn failed")).await;
     }
+    let status = slot.peek(|state| state.turn.as_ref().map(|t| t.status.as_str()).unwrap_or("unknown"));
+    segment.attr(KeyValue::str("keel.segment.outcome", status));
+    segment.end(&runtime.inner.telemetry);
 }
 
-async fn prepare<'a>(runtime: &'a Runtime, slot: &'a SessionSlot, turn_id: &'a str) -> Result<TurnRun<'a>> {
+async fn prepare<'a>(
+    runtime: &'a Runtime,
+    slot: &'a SessionSlot,
+    turn_id: &'a str,
+    segment: SegmentContext,
+) -> Result<TurnRun<'a>> {
     let state = slot.state();
     let spec: CoworkerSpec = serde_json::from_value((*state.info.coworker_spec).clone())
         .map_err(|e| RuntimeError::Config(format!("the session's pinned coworker cannot be read: {e}")))?;
@@ -139,6 +159,7 @@ async fn prepare<'a>(runtime: &'a Runtime, slot: &'a SessionSlot, turn_id: &'a s
         history,
         provider_time: std::time::Duration::ZERO,
         fixed_tokens: None,
+        segment,
     })
 }
 
@@ -225,6 +246,18 @@ impl TurnRun<'_> {
     /// `started` (dispatched: its effect may happen from here on), and the
     /// result with its history item.
     async fn run_tool(&mut self, call: ToolCall, cancel: &CancellationToken) -> Result<Step> {
+        let clock = Instant::now();
+        let mut span = Span::new(
+            self.segment.trace,
+            Some(self.segment.span),
+            format!("execute_tool {}", call.name),
+            SpanKind::Internal,
+            keel_telemetry::now_unix_nanos(),
+        );
+        span.attr(KeyValue::str("gen_ai.operation.name", "execute_tool"))
+            .attr(KeyValue::str("gen_ai.tool.name", call.name.as_str()))
+            .attr(KeyValue::str("gen_ai.tool.call.id", call.call_id.as_str()))
+            .attr(KeyValue::str("gen_ai.tool.type", "function"));
         let mut ledger = ToolCallInfo {
             session_id: self.slot.id.clone(),
             call_id: call.call_id.clone(),
@@ -264,7 +297,11 @@ impl TurnRun<'_> {
                     effect: tool.descriptor().effect,
                 };
                 match crate::approvals::gate(self.runtime, self.slot, &self.spec, gate_call).await? {
-                    Gate::Park => return Ok(Step::Parked),
+                    Gate::Park => {
+                        span.attr(KeyValue::str("keel.tool.outcome", "waiting"));
+                        span.end(&self.runtime.inner.telemetry);
+                        return Ok(Step::Parked);
+                    }
                     Gate::Refuse(message) => Err(message),
                     Gate::Run(decided_by) => Ok((tool, decided_by)),
                 }
@@ -312,6 +349,19 @@ impl TurnRun<'_> {
         };
         let mut output = output;
         output.text = crate::secrets::redact(&output.text).into_owned();
+        let telemetry = &self.runtime.inner.telemetry;
+        let outcome = if status == ToolCallStatus::Completed { "completed" } else { "rejected" };
+        let attributes =
+            [KeyValue::str("gen_ai.tool.name", qualified.as_str()), KeyValue::str("keel.tool.outcome", outcome)];
+        telemetry.counter_add(crate::telemetry::TOOL_CALLS, 1, &attributes);
+        telemetry.histogram_record(crate::telemetry::TOOL_DURATION, clock.elapsed().as_secs_f64(), &attributes[..1]);
+        span.attr(KeyValue::str("keel.tool.qualified_name", qualified.as_str()))
+            .attr(KeyValue::str("keel.tool.outcome", outcome));
+        if output.is_error {
+            telemetry.counter_add(crate::telemetry::ERRORS, 1, &[KeyValue::str("error.type", "tool_error")]);
+            span.error("tool_error", "the tool returned an error");
+        }
+        span.end(telemetry);
         ledger.status = status;
         ledger.output = Some(output.text.clone());
         ledger.is_error = output.is_error;
@@ -393,9 +443,11 @@ impl Ending<'_> {
 /// so the next request to the model is well formed.
 pub(crate) async fn finish(runtime: &Runtime, slot: &SessionSlot, turn_id: &str, ending: Ending<'_>) -> Result<()> {
     let Ending { status, error, reason, history, block_session } = ending;
-    let Some(turn) = slot.state().turn.filter(|t| t.id == turn_id) else {
+    let state = slot.state();
+    let Some(turn) = state.turn.filter(|t| t.id == turn_id) else {
         return Err(RuntimeError::Conflict(format!("turn {turn_id} is not the session's current turn")));
     };
+    let coworker = state.info.coworker;
     let items = match history {
         Some(history) => history.get(turn.history_start as usize..).unwrap_or_default().to_vec(),
         None => runtime.store().history(slot.id.clone(), turn.history_start).await?,
@@ -443,7 +495,44 @@ pub(crate) async fn finish(runtime: &Runtime, slot: &SessionSlot, turn_id: &str,
     )
     .await?;
     runtime.inner.metrics.turn_finished(status);
+    turn_span(runtime, &slot.state(), &coworker, &turn, status, error.as_ref());
     Ok(())
+}
+
+/// Emits the `invoke_agent` span of an ended turn, and its metrics.
+fn turn_span(
+    runtime: &Runtime,
+    state: &crate::slot::SessionState,
+    coworker: &str,
+    turn: &keel_protocol::session::TurnInfo,
+    status: TurnStatus,
+    error: Option<&TurnError>,
+) {
+    let telemetry = &runtime.inner.telemetry;
+    let status_attr = [KeyValue::str("keel.turn.status", status.as_str())];
+    telemetry.counter_add(crate::telemetry::TURNS, 1, &status_attr);
+    let seconds = (now_ms() - turn.created_at_ms).max(0) as f64 / 1000.0;
+    telemetry.histogram_record(crate::telemetry::TURN_DURATION, seconds, &status_attr);
+    if !telemetry.is_enabled() {
+        return;
+    }
+    let usage = state.turn.as_ref().map(|t| t.usage).unwrap_or(turn.usage);
+    let (trace, id) = crate::telemetry::turn_trace(&turn.id);
+    let start = crate::telemetry::nanos(turn.created_at_ms);
+    let mut span = Span::new(trace, None, format!("invoke_agent {coworker}"), SpanKind::Internal, start).with_id(id);
+    span.attr(KeyValue::str("gen_ai.operation.name", "invoke_agent"))
+        .attr(KeyValue::str("gen_ai.agent.name", coworker))
+        .attr(KeyValue::str("gen_ai.conversation.id", state.info.id.as_str()))
+        .attr(KeyValue::str("keel.turn.id", turn.id.as_str()))
+        .attr(KeyValue::str("keel.turn.status", status.as_str()))
+        .attr(KeyValue::i64("keel.turn.steps", i64::from(state.turn.as_ref().map_or(turn.steps, |t| t.steps))))
+        .attr(KeyValue::i64("gen_ai.usage.input_tokens", usage.input_tokens as i64))
+        .attr(KeyValue::i64("gen_ai.usage.output_tokens", usage.output_tokens as i64));
+    if let Some(error) = error {
+        telemetry.counter_add(crate::telemetry::ERRORS, 1, &[KeyValue::str("error.type", error.kind.as_str())]);
+        span.error(&error.kind, &error.message);
+    }
+    span.end(telemetry);
 }
 
 /// Marks a turn `interrupted`: its process is stopping (or stopped) while it

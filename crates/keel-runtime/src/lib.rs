@@ -33,6 +33,7 @@ mod runtime;
 pub mod secrets;
 mod slot;
 pub mod state_dir;
+mod telemetry;
 pub mod tools;
 
 pub use bundle::{Bundle, CoworkerSpec, Price};

@@ -50,6 +50,7 @@ pub(crate) struct Inner {
     pub breakers: crate::retry::Breakers,
     /// Token counter and context window per `provider:model`.
     pub counters: crate::compaction::Counters,
+    pub telemetry: keel_telemetry::Telemetry,
     _lock: StateLock,
 }
 
@@ -142,9 +143,11 @@ impl Runtime {
                 retry: config.retry,
                 breakers: Default::default(),
                 counters: Default::default(),
+                telemetry: config.telemetry.clone(),
                 _lock: lock,
             }),
         };
+        crate::telemetry::register(&runtime.inner.telemetry);
         runtime.mark_interrupted().await?;
         runtime.start_expiry_sweeper();
         Ok(runtime)

@@ -48,6 +48,8 @@ pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
+    let (telemetry, telemetry_guard) = crate::telemetry::start()?;
+    config.telemetry = telemetry;
     let runtime = Runtime::open(config).await?;
     runtime.recover().await?;
     let workspace = match args.workspace {
@@ -76,6 +78,7 @@ pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     runtime.shutdown().await;
+    crate::telemetry::finish(telemetry_guard).await;
     Ok(code)
 }
 

@@ -40,6 +40,8 @@ pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
     config.retry = crate::providers::retry_from_env()?;
     config.secrets = crate::providers::secrets_from_env();
     config.model_override = args.model;
+    let (telemetry, telemetry_guard) = crate::telemetry::start()?;
+    config.telemetry = telemetry;
     let runtime = Runtime::open(config).await?;
     let recovered = runtime.recover().await?;
     if recovered > 0 {
@@ -73,6 +75,7 @@ pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
     }
     signal_task.abort();
     runtime.shutdown().await;
+    crate::telemetry::finish(telemetry_guard).await;
     Ok(ExitCode::SUCCESS)
 }
 

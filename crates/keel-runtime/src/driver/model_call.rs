@@ -23,6 +23,8 @@ use super::{TurnRun, push_item};
 use crate::compaction::{Compacted, Request, compact};
 use crate::error::Result;
 use crate::events::BusMessage;
+use crate::telemetry::Span;
+use keel_telemetry::{KeyValue, SpanKind};
 
 /// How a model round trip ended.
 pub(super) enum Called {
@@ -148,8 +150,29 @@ impl TurnRun<'_> {
         };
         let guard = self.slot.begin_compaction(cancel);
         let request = Request { reason, spec: &self.spec, fixed, turn_id: Some(self.turn_id), cancel: &guard.token };
+        let mut span = Span::new(
+            self.segment.trace,
+            Some(self.segment.span),
+            "compact",
+            SpanKind::Internal,
+            keel_telemetry::now_unix_nanos(),
+        );
+        span.attr(KeyValue::str("keel.compaction.reason", reason.as_str()));
         let outcome = compact(self.runtime, self.slot, request).await?;
         drop(guard);
+        let result = match &outcome {
+            Compacted::Applied(record) => {
+                span.attr(KeyValue::i64("keel.compaction.tokens_before", record.tokens_before as i64))
+                    .attr(KeyValue::i64("keel.compaction.tokens_after", record.tokens_after as i64));
+                "applied"
+            }
+            Compacted::Waiting(_) => "waiting",
+            Compacted::NothingToCompact => "nothing_to_compact",
+            Compacted::Discarded(_) => "discarded",
+            Compacted::Cancelled => "cancelled",
+        };
+        span.attr(KeyValue::str("keel.compaction.outcome", result));
+        span.end(&self.runtime.inner.telemetry);
         Ok(match outcome {
             Compacted::Applied(_) => Fit::Ready(true),
             Compacted::Waiting(_) => Fit::Parked,
@@ -250,13 +273,34 @@ impl TurnRun<'_> {
             }
             slot.publish(BusMessage::Delta { turn_id: turn_id.to_string(), text: text.to_string() });
         };
+        let model_ref = self.models[self.model_index].model_ref.clone();
+        let provider_label = crate::telemetry::provider_name(provider.name()).to_string();
+        let mut span = Span::new(
+            self.segment.trace,
+            Some(self.segment.span),
+            format!("chat {}", request.model),
+            SpanKind::Client,
+            keel_telemetry::now_unix_nanos(),
+        );
+        span.attr(KeyValue::str("gen_ai.operation.name", "chat"))
+            .attr(KeyValue::str("gen_ai.provider.name", provider_label.as_str()))
+            .attr(KeyValue::str("gen_ai.system", provider_label.as_str()))
+            .attr(KeyValue::str("gen_ai.request.model", request.model.as_str()))
+            .attr(KeyValue::str("gen_ai.conversation.id", self.slot.id.as_str()))
+            .attr(KeyValue::str("keel.model", model_ref.as_str()))
+            .attr(KeyValue::i64("keel.step", i64::from(step)))
+            .attr(KeyValue::i64("keel.attempt", i64::from(attempt.attempt)));
+        if let Some(limit) = request.max_output_tokens {
+            span.attr(KeyValue::i64("gen_ai.request.max_tokens", i64::from(limit)));
+        }
         let clock = Instant::now();
         let result = tokio::select! {
             biased;
             _ = cancel.cancelled() => None,
             result = provider.stream(&request, &on_delta) => Some(result),
         };
-        self.provider_time += clock.elapsed();
+        let elapsed = clock.elapsed();
+        self.provider_time += elapsed;
         attempt.text = streamed.lock().map(|s| crate::secrets::redact(&s).into_owned()).unwrap_or_default();
         attempt.finished_at_ms = Some(now_ms());
         let outcome = match result {
@@ -277,12 +321,65 @@ impl TurnRun<'_> {
                 Outcome::Failed(error)
             }
         };
+        self.observe_attempt(span, &attempt, &outcome, elapsed, &provider_label, &request.model);
         if !matches!(outcome, Outcome::Completed(_)) {
             self.commit_attempt(attempt, Vec::new(), None).await?;
         } else {
             self.pending_attempt = Some(attempt);
         }
         Ok(outcome)
+    }
+
+    /// Ends an attempt's `chat` span and records its metrics.
+    fn observe_attempt(
+        &self,
+        mut span: Span,
+        attempt: &AttemptInfo,
+        outcome: &Outcome,
+        elapsed: std::time::Duration,
+        provider: &str,
+        model: &str,
+    ) {
+        let telemetry = &self.runtime.inner.telemetry;
+        let status = match attempt.status {
+            AttemptStatus::Completed => "completed",
+            AttemptStatus::Failed => "failed",
+            _ => "abandoned",
+        };
+        let base = [KeyValue::str("gen_ai.provider.name", provider), KeyValue::str("gen_ai.request.model", model)];
+        let mut attrs = base.to_vec();
+        attrs.push(KeyValue::str("gen_ai.operation.name", "chat"));
+        if let Outcome::Failed(error) = outcome {
+            attrs.push(KeyValue::str("error.type", error.kind.as_str()));
+            telemetry.counter_add(crate::telemetry::ERRORS, 1, &[KeyValue::str("error.type", error.kind.as_str())]);
+            span.error(error.kind.as_str(), error.message.as_str());
+        }
+        telemetry.histogram_record(crate::telemetry::OPERATION_DURATION, elapsed.as_secs_f64(), &attrs);
+        let mut counted = base.to_vec();
+        counted.push(KeyValue::str("keel.attempt.outcome", status));
+        telemetry.counter_add(crate::telemetry::ATTEMPTS, 1, &counted);
+        span.attr(KeyValue::str("keel.attempt.outcome", status));
+        if let Outcome::Completed(response) = outcome {
+            for (kind, tokens) in [("input", response.usage.input_tokens), ("output", response.usage.output_tokens)] {
+                let mut attrs = base.to_vec();
+                attrs.push(KeyValue::str("gen_ai.token.type", kind));
+                telemetry.histogram_record(crate::telemetry::TOKEN_USAGE, tokens as f64, &attrs);
+            }
+            span.attr(KeyValue::i64("gen_ai.usage.input_tokens", response.usage.input_tokens as i64))
+                .attr(KeyValue::i64("gen_ai.usage.output_tokens", response.usage.output_tokens as i64))
+                .attr(KeyValue::strings("gen_ai.response.finish_reasons", [response.finish.as_str()]));
+            if response.usage.cached_input_tokens > 0 {
+                span.attr(KeyValue::i64(
+                    "gen_ai.usage.cache_read.input_tokens",
+                    response.usage.cached_input_tokens as i64,
+                ));
+            }
+            if telemetry.capture_content() {
+                let output = serde_json::to_string(&response.items).unwrap_or_default();
+                span.attr(KeyValue::str("gen_ai.output.messages", crate::secrets::redact(&output).into_owned()));
+            }
+        }
+        span.end(telemetry);
     }
 
     /// The instructions with the tools' live context, asked for afresh on
