@@ -132,6 +132,11 @@ pub struct Diff {
     /// Inserted, or replacing the tool call with the same call id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call: Option<ToolCallInfo>,
+    /// The journal event's own data, so an importer can rebuild the journal
+    /// and `keel replay` can read it (for `item_added`, without the item,
+    /// which is in `items`). Not applied to the state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
 }
 
 /// A turn started or changed status.

@@ -30,6 +30,7 @@ fn session_info() -> SessionInfo {
         history_len: 0,
         usage: Usage::default(),
         labels: Default::default(),
+        owner: None,
     }
 }
 

@@ -36,6 +36,10 @@ enum Command {
     Events(cmd::inspect::EventsArgs),
     /// Show every tool call of a session: who let it run and how it ended, secrets redacted.
     Audit(cmd::audit::Args),
+    /// Write a session's portable run archive (docs/archive.md).
+    Export(cmd::archive::ExportArgs),
+    /// Load a run archive into this state directory (stop `keel serve` first).
+    Import(cmd::archive::ImportArgs),
     /// Replay a session against its recorded model answers and tool results, and check keel decides the same.
     Replay(cmd::replay::Args),
     /// Check a bundle and report every problem with file, line and a fix.
@@ -90,6 +94,8 @@ fn main() -> ExitCode {
             Command::Deny(args) => cmd::client::decide(state, args, false).await,
             Command::Msg(args) => cmd::client::msg(state, args).await,
             Command::Replay(args) => cmd::replay::run(state, args).await,
+            Command::Export(args) => cmd::archive::export(state, args).await,
+            Command::Import(args) => cmd::archive::import(state, args).await,
             Command::Compact(args) => cmd::client::compact(state, args).await,
         }
     });

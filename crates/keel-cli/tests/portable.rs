@@ -155,3 +155,98 @@ async fn a_recorded_session_replays_to_the_same_decisions() {
     assert_eq!(output.status.code(), Some(1), "{text}");
     assert!(text.contains("mismatched") && text.contains("decisions differ"), "{text}");
 }
+
+#[tokio::test]
+async fn an_exported_run_continues_in_another_state_directory_with_its_ownership_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = support::workspace(&dir);
+    let state = dir.path().join("state");
+    let mock = MockServer::start().await.unwrap();
+    let keel = Keel::start(&state, &mock.base_url()).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let id = client.create_session(&ws).await.unwrap();
+    let events = two_turns(&mut client, &mock, &id).await;
+    let original = client.ok("session/get", json!({"session_id": id})).await.unwrap();
+    let file = dir.path().join("run.keelarc");
+    let exported = keel_cli(&state, &["export", &id, file.to_str().unwrap()]);
+    assert!(exported.status.success(), "{}", String::from_utf8_lossy(&exported.stderr));
+    let archive = keel_archive::Archive::read(&file).unwrap();
+    assert_eq!(archive.header.session_id, id);
+    assert_eq!(archive.header.machine_id, std::fs::read_to_string(state.join("machine-id")).unwrap().trim());
+    assert_eq!(archive.fold().unwrap().history.len(), 6);
+    let text = String::from_utf8_lossy(&std::fs::read(&file).unwrap()).into_owned();
+    assert!(!text.contains("sk-test-key"), "no secret in the archive");
+
+    // Every point can be shown; the first turn's end has its four items.
+    let first_end = seq_of(&events, |e| e["kind"] == "turn_finished");
+    let at = keel_cli(&state, &["show", &id, "--at", &first_end.to_string(), "--json"]);
+    let point: Value = serde_json::from_slice(&at.stdout).unwrap();
+    assert_eq!(point["history"].as_array().unwrap().len(), 4);
+    assert_eq!(point["turns"][0]["status"], "completed");
+
+    // Import into a fresh state directory, on "another machine".
+    let other = dir.path().join("other");
+    let other_ws = dir.path().join("other-ws");
+    std::fs::create_dir_all(&other_ws).unwrap();
+    let imported = keel_cli(&other, &["import", file.to_str().unwrap(), "--workspace", other_ws.to_str().unwrap()]);
+    assert!(imported.status.success(), "{}", String::from_utf8_lossy(&imported.stderr));
+    let mock2 = MockServer::start().await.unwrap();
+    mock2.push(Reply::text("third answer, elsewhere"));
+    let keel2 = Keel::start(&other, &mock2.base_url()).unwrap();
+    let mut client2 = keel2.client().await.unwrap();
+    let there = client2.ok("session/get", json!({"session_id": id})).await.unwrap();
+    assert_eq!(there["history"], original["history"]);
+    assert_eq!(there["last_seq"], original["last_seq"]);
+    assert_eq!(there["session"]["usage"], original["session"]["usage"]);
+    client2.ok("events/subscribe", json!({"session_id": id, "after_seq": there["last_seq"]})).await.unwrap();
+    client2.ok("turn/start", json!({"session_id": id, "submission_id": "s3", "text": "go on"})).await.unwrap();
+    let went_on = client2.events_until("turn_finished").await.unwrap();
+    assert_eq!(went_on.first().unwrap()["kind"], "ownership_changed");
+    assert_eq!(went_on.last().unwrap()["data"]["status"], "completed");
+    let duplicate = client2
+        .ok("turn/start", json!({"session_id": id, "submission_id": "s1", "text": "write the plan"}))
+        .await
+        .unwrap();
+    assert_eq!(duplicate["duplicate"], true, "submissions came along");
+    let body = String::from_utf8_lossy(&mock2.requests()[0].body).into_owned();
+    assert!(body.contains("second answer"), "the model sees the whole history");
+
+    let again = dir.path().join("again.keelarc");
+    let exported = keel_cli(&other, &["export", &id, again.to_str().unwrap()]);
+    assert!(exported.status.success(), "{}", String::from_utf8_lossy(&exported.stderr));
+    let archive = keel_archive::Archive::read(&again).unwrap();
+    let owners = archive.owners();
+    assert_eq!(owners.len(), 2, "{owners:?}");
+    assert_eq!(owners[1].machine_id, std::fs::read_to_string(other.join("machine-id")).unwrap().trim());
+    assert_ne!(owners[0].machine_id, owners[1].machine_id);
+    assert_eq!(archive.fold().unwrap().history.len(), 8);
+
+    // The same run replays from the archive.
+    let replayed = keel_cli(&other, &["replay", again.to_str().unwrap()]);
+    let report = String::from_utf8_lossy(&replayed.stdout).into_owned();
+    assert!(replayed.status.success(), "{report}{}", String::from_utf8_lossy(&replayed.stderr));
+    assert!(report.contains("every decision matches"), "{report}");
+
+    // A torn tail: every complete record is still read.
+    let bytes = std::fs::read(&again).unwrap();
+    let torn = dir.path().join("torn.keelarc");
+    std::fs::write(&torn, &bytes[..bytes.len() - 7]).unwrap();
+    let shown = keel_cli(&other, &["show", torn.to_str().unwrap(), "--json"]);
+    assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));
+    assert!(String::from_utf8_lossy(&shown.stderr).contains("torn"));
+    let point: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert!(point["history"].as_array().unwrap().len() >= 7);
+    // A damaged middle is refused with its offset, not misread.
+    let mut damaged = bytes.clone();
+    damaged[40] ^= 0xff;
+    let bad = dir.path().join("bad.keelarc");
+    std::fs::write(&bad, &damaged).unwrap();
+    let refused = keel_cli(&other, &["show", bad.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("offset")
+            || String::from_utf8_lossy(&refused.stderr).contains("byte"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}

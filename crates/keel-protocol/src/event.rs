@@ -51,6 +51,8 @@ pub enum EventKind {
     CompactionFailed,
     /// A summary was thrown away: history changed while it was written.
     CompactionDiscarded,
+    /// Another keel process goes on with the session (`{from, to}`).
+    OwnershipChanged,
 }
 
 impl EventKind {
@@ -82,6 +84,7 @@ impl EventKind {
             EventKind::Compacted => "compacted",
             EventKind::CompactionFailed => "compaction_failed",
             EventKind::CompactionDiscarded => "compaction_discarded",
+            EventKind::OwnershipChanged => "ownership_changed",
         }
     }
 }

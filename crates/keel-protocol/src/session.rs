@@ -91,6 +91,21 @@ pub struct SessionInfo {
     /// runtime from where the data came from (never by the model).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub labels: std::collections::BTreeMap<u64, Sensitivity>,
+    /// The keel process that last changed the session. When another one
+    /// goes on with it (after a restart, or on another machine after an
+    /// import) it journals `ownership_changed` first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<Owner>,
+}
+
+/// A keel process, as run archives and ownership records name it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    /// Stable per state directory (`<state>/machine-id`, made once).
+    pub machine_id: String,
+    pub process_id: u32,
+    /// Random per process start.
+    pub instance_id: String,
 }
 
 /// How sensitive a piece of the context is. Ordered: `public < internal <

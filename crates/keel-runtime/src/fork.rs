@@ -87,7 +87,8 @@ impl Runtime {
             record.session_id = info.id.clone();
             record
         });
-        let slot = Arc::new(SessionSlot::new(info.clone(), None, Vec::new(), None));
+        let info = SessionInfo { owner: Some((*self.inner.owner).clone()), ..info };
+        let slot = Arc::new(SessionSlot::new(info.clone(), None, Vec::new(), None, self.inner.owner.clone()));
         let created = serde_json::to_value(&info).unwrap_or_default();
         let from = json!({ "session_id": session_id, "seq": at_seq });
         slot.transact(self.store(), |state, change| {

@@ -70,6 +70,31 @@ impl Inspector {
         })
     }
 
+    /// A session as archive records (header, checkpoint, diffs): what
+    /// `keel export` writes and `keel show --at` materialises.
+    pub async fn archive(&self, session_id: &str) -> Result<keel_archive::Archive> {
+        let info = self.find(session_id).await?;
+        let mut records = crate::archive::archive_records(self.store.as_ref(), &info.id, env!("CARGO_PKG_VERSION"))
+            .await?
+            .into_iter();
+        let Some(keel_archive::Record::Header(header)) = records.next() else {
+            return Err(RuntimeError::Conflict("the archive has no header".into()));
+        };
+        Ok(keel_archive::Archive { header, records: records.collect(), torn_tail: None })
+    }
+
+    /// Writes a session's run archive to `path`. Returns how many records.
+    pub async fn export(&self, session_id: &str, path: &Path) -> Result<usize> {
+        let archive = self.archive(session_id).await?;
+        let failed = |e: keel_archive::Error| RuntimeError::Config(format!("cannot write the archive: {e}"));
+        let mut writer = keel_archive::ArchiveWriter::create(path, &archive.header).map_err(failed)?;
+        for record in &archive.records {
+            writer.append(record).map_err(failed)?;
+        }
+        writer.finish().map_err(failed)?;
+        Ok(archive.records.len() + 1)
+    }
+
     /// Every compaction record of a session, oldest first.
     pub async fn compactions(&self, session_id: &str) -> Result<Vec<keel_protocol::CompactionRecord>> {
         Ok(self.store.compactions(Some(session_id.to_string()), false).await?)

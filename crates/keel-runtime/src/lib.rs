@@ -12,6 +12,7 @@
 //! from `keel-core`, and this crate performs them.
 
 mod approvals;
+pub mod archive;
 pub mod audit;
 pub mod bundle;
 pub mod bundle_check;

@@ -29,41 +29,57 @@ impl Runtime {
     /// attempts left `running` `abandoned`.
     pub(crate) async fn mark_interrupted(&self) -> Result<()> {
         for slot in self.all_slots() {
-            let Some(turn) = slot.state().turn else { continue };
-            match turn.status {
-                TurnStatus::Running => {
-                    let attempts = self.store().attempts(slot.id.clone()).await?;
-                    for mut attempt in attempts.into_iter().filter(|a| a.status == AttemptStatus::Running) {
-                        attempt.status = AttemptStatus::Abandoned;
-                        attempt.finished_at_ms = Some(now_ms());
-                        attempt.error = Some("keel stopped while this attempt was streaming".into());
-                        slot.transact(self.store(), |_, change| {
-                            change.events.push(NewEvent::new(
-                                EventKind::ModelAttemptFinished,
-                                json!({ "turn_id": attempt.turn_id, "attempt_id": attempt.id, "status": attempt.status, "error": attempt.error }),
-                            ));
-                            change.attempt = Some(attempt);
-                            Ok(())
-                        })
-                        .await?;
-                    }
-                    interrupt(self, &slot, &turn.id, "process_exit").await?;
-                }
-                TurnStatus::Waiting => {
-                    slot.transact(self.store(), |state, change| {
-                        if let Some(turn) = state.turn.as_mut() {
-                            turn.status = TurnStatus::Recoverable;
-                        }
+            self.mark_stopped(&slot).await?;
+        }
+        Ok(())
+    }
+
+    /// [`Self::mark_interrupted`] for one session.
+    async fn mark_stopped(&self, slot: &crate::slot::SessionSlot) -> Result<()> {
+        let Some(turn) = slot.state().turn else { return Ok(()) };
+        match turn.status {
+            TurnStatus::Running => {
+                let attempts = self.store().attempts(slot.id.clone()).await?;
+                for mut attempt in attempts.into_iter().filter(|a| a.status == AttemptStatus::Running) {
+                    attempt.status = AttemptStatus::Abandoned;
+                    attempt.finished_at_ms = Some(now_ms());
+                    attempt.error = Some("keel stopped while this attempt was streaming".into());
+                    slot.transact(self.store(), |_, change| {
                         change.events.push(NewEvent::new(
-                            EventKind::TurnRecoverable,
-                            json!({ "turn_id": turn.id, "interrupted_calls": [] }),
+                            EventKind::ModelAttemptFinished,
+                            json!({ "turn_id": attempt.turn_id, "attempt_id": attempt.id, "status": attempt.status, "error": attempt.error }),
                         ));
+                        change.attempt = Some(attempt);
                         Ok(())
                     })
                     .await?;
                 }
-                _ => {}
+                interrupt(self, slot, &turn.id, "process_exit").await?;
             }
+            TurnStatus::Waiting => {
+                slot.transact(self.store(), |state, change| {
+                    if let Some(turn) = state.turn.as_mut() {
+                        turn.status = TurnStatus::Recoverable;
+                    }
+                    change.events.push(NewEvent::new(
+                        EventKind::TurnRecoverable,
+                        json!({ "turn_id": turn.id, "interrupted_calls": [] }),
+                    ));
+                    Ok(())
+                })
+                .await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Settles an imported session like one found at open: a running turn
+    /// becomes interrupted then recoverable, a waiting one recoverable.
+    pub(crate) async fn settle_imported(&self, slot: &crate::slot::SessionSlot) -> Result<()> {
+        self.mark_stopped(slot).await?;
+        if let Some(turn) = slot.state().turn.filter(|t| t.status == TurnStatus::Interrupted) {
+            self.recover_turn(slot, &turn.id).await?;
         }
         Ok(())
     }

@@ -51,6 +51,8 @@ pub(crate) struct Inner {
     /// Token counter and context window per `provider:model`.
     pub counters: crate::compaction::Counters,
     pub telemetry: keel_telemetry::Telemetry,
+    /// This process, as ownership records name it.
+    pub owner: Arc<keel_protocol::session::Owner>,
     _lock: StateLock,
 }
 
@@ -98,6 +100,11 @@ impl Runtime {
             .await
             .map_err(|e| RuntimeError::Config(format!("cannot open the store: {e}")))??;
         let store: Arc<dyn Store> = Arc::new(store);
+        let owner = Arc::new(keel_protocol::session::Owner {
+            machine_id: state_dir::machine_id(&config.state_dir)?,
+            process_id: std::process::id(),
+            instance_id: new_id("ins"),
+        });
         let infos = store.sessions().await?;
         let mut turns: HashMap<String, TurnInfo> =
             store.current_turns().await?.into_iter().map(|t| (t.session_id.clone(), t)).collect();
@@ -121,7 +128,8 @@ impl Runtime {
                     .filter(|i| crate::approvals::keep(i, &current))
                     .collect();
                 let compaction = compactions.remove(&info.id);
-                (info.id.clone(), Arc::new(SessionSlot::new(info, turn, kept, compaction)))
+                let slot = SessionSlot::new(info, turn, kept, compaction, owner.clone());
+                (slot.id.clone(), Arc::new(slot))
             })
             .collect();
         let runtime = Runtime {
@@ -144,6 +152,7 @@ impl Runtime {
                 breakers: Default::default(),
                 counters: Default::default(),
                 telemetry: config.telemetry.clone(),
+                owner,
                 _lock: lock,
             }),
         };
@@ -263,6 +272,7 @@ impl Runtime {
             history_len: 0,
             usage: Usage::default(),
             labels: Default::default(),
+            owner: None,
         };
         self.insert_session(info).await
     }
@@ -270,7 +280,8 @@ impl Runtime {
     /// Commits a new session exactly as `info` says (its pinned coworker
     /// included) and serves it.
     pub(crate) async fn insert_session(&self, info: SessionInfo) -> Result<SessionInfo> {
-        let slot = Arc::new(SessionSlot::new(info.clone(), None, Vec::new(), None));
+        let info = SessionInfo { owner: Some((*self.inner.owner).clone()), ..info };
+        let slot = Arc::new(SessionSlot::new(info.clone(), None, Vec::new(), None, self.inner.owner.clone()));
         let created = serde_json::to_value(&info).unwrap_or_default();
         slot.transact(self.store(), |_, change| {
             change.new_session = true;
@@ -400,7 +411,7 @@ impl Runtime {
                 return Err(RuntimeError::Conflict("the turn ended meanwhile; start a new one with turn/start".into()));
             };
             turn.pending_steers.push(steer.clone());
-            change.submission = Some(SubmissionRecord {
+            change.submissions.push(SubmissionRecord {
                 submission_id: submission_id.to_string(),
                 turn_id: turn_id.clone(),
                 text: text.to_string(),
@@ -482,7 +493,7 @@ impl Runtime {
             });
             state.info.current_turn_id = Some(turn_id.clone());
             state.info.history_len += 1;
-            change.submission = Some(SubmissionRecord {
+            change.submissions.push(SubmissionRecord {
                 submission_id: submission_id.to_string(),
                 turn_id: turn_id.clone(),
                 text: text.to_string(),

@@ -2,11 +2,12 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
+use keel_protocol::EventKind;
 use keel_protocol::ids::now_ms;
-use keel_protocol::session::{SessionInfo, TurnInfo};
+use keel_protocol::session::{Owner, SessionInfo, TurnInfo};
 use keel_protocol::{CompactionRecord, Event, InteractionInfo, Item};
 use keel_provider::TokenCounter;
-use keel_store::{Change, Store};
+use keel_store::{Change, NewEvent, Store};
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -53,6 +54,9 @@ pub(crate) struct SessionSlot {
     tokens: Mutex<TokenCache>,
     /// Cancels the compaction in flight, if any (one at a time).
     compacting: Mutex<Option<(u64, CancellationToken)>>,
+    /// This keel process: a commit by a process that is not the session's
+    /// owner journals the hand-off first.
+    owner: Arc<Owner>,
 }
 
 #[derive(Default)]
@@ -67,12 +71,14 @@ impl SessionSlot {
         turn: Option<TurnInfo>,
         interactions: Vec<InteractionInfo>,
         compaction: Option<CompactionRecord>,
+        owner: Arc<Owner>,
     ) -> SessionSlot {
         SessionSlot {
             id: info.id.clone(),
             state: Mutex::new(SessionState { info, turn, interactions, compaction: compaction.map(Arc::new) }),
             tokens: Mutex::new(TokenCache::default()),
             compacting: Mutex::new(None),
+            owner,
             writer: tokio::sync::Mutex::new(()),
             control: tokio::sync::Mutex::new(()),
             job: Mutex::new(None),
@@ -202,6 +208,13 @@ impl SessionSlot {
         let _writer = self.writer.lock().await;
         let mut next = self.state();
         let mut change = Change::new(self.id.clone());
+        if next.info.owner.as_ref() != Some(&*self.owner) {
+            let from = next.info.owner.replace((*self.owner).clone());
+            change.events.push(NewEvent::new(
+                EventKind::OwnershipChanged,
+                serde_json::json!({ "from": from, "to": *self.owner }),
+            ));
+        }
         build(&mut next, &mut change)?;
         let now = now_ms();
         next.info.updated_at_ms = now;

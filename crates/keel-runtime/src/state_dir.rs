@@ -89,3 +89,21 @@ pub fn token(dir: &Path) -> Result<(String, PathBuf)> {
         .map_err(|e| RuntimeError::Config(format!("cannot write {}: {e}", path.display())))?;
     Ok((token, path))
 }
+
+/// The file holding this installation's machine id.
+pub const MACHINE_ID_FILE: &str = "machine-id";
+
+/// The id of this state directory's machine, made once: run archives and
+/// ownership records name the keel that wrote them by it.
+pub fn machine_id(dir: &Path) -> Result<String> {
+    let path = dir.join(MACHINE_ID_FILE);
+    if let Ok(id) = std::fs::read_to_string(&path)
+        && !id.trim().is_empty()
+    {
+        return Ok(id.trim().to_string());
+    }
+    let id = keel_protocol::ids::new_id("mch");
+    std::fs::write(&path, format!("{id}\n"))
+        .map_err(|e| RuntimeError::Config(format!("cannot write {}: {e}", path.display())))?;
+    Ok(id)
+}

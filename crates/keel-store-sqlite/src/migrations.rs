@@ -10,7 +10,12 @@ use rusqlite::Connection;
 
 use crate::backend;
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5)];
+const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6)];
+
+/// Which keel process last owned each session (run archives record hand-offs).
+const V6: &str = "
+ALTER TABLE sessions ADD COLUMN owner TEXT NOT NULL DEFAULT 'null';
+";
 
 /// Compaction records (outbound view boundaries); history is never
 /// rewritten, so a record is all a compaction stores.

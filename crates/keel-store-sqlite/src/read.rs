@@ -16,7 +16,7 @@ fn corrupt(table: &'static str, message: String) -> StoreError {
 }
 
 const SESSION_COLUMNS: &str = "id, name, coworker, bundle_path, bundle_digest, coworker_spec, workspace, attended,
-    compaction, provider_blocked, created_at_ms, updated_at_ms, current_turn_id, history_len, usage, labels";
+    compaction, provider_blocked, created_at_ms, updated_at_ms, current_turn_id, history_len, usage, labels, owner";
 
 fn session_row(row: &Row<'_>) -> rusqlite::Result<Result<SessionInfo>> {
     let spec: String = row.get(5)?;
@@ -41,6 +41,7 @@ fn session_row(row: &Row<'_>) -> rusqlite::Result<Result<SessionInfo>> {
             history_len: history_len as u64,
             usage: json("sessions", &usage)?,
             labels: json("sessions", &row.get::<_, String>(15).map_err(backend)?)?,
+            owner: json("sessions", &row.get::<_, String>(16).map_err(backend)?)?,
         })
     })())
 }

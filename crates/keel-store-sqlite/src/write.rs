@@ -80,7 +80,8 @@ fn apply(conn: &Connection, change: &Change) -> Result<Vec<Event>> {
             let updated = conn
                 .prepare_cached(
                     "UPDATE sessions SET name = ?2, attended = ?3, compaction = ?4, provider_blocked = ?5,
-                        updated_at_ms = ?6, current_turn_id = ?7, history_len = ?8, usage = ?9, labels = ?10 WHERE id = ?1",
+                        updated_at_ms = ?6, current_turn_id = ?7, history_len = ?8, usage = ?9, labels = ?10, owner = ?11
+                        WHERE id = ?1",
                 )
                 .and_then(|mut st| {
                     st.execute(params![
@@ -94,6 +95,7 @@ fn apply(conn: &Connection, change: &Change) -> Result<Vec<Event>> {
                         s.history_len as i64,
                         to_json(&s.usage).unwrap_or_default(),
                         to_json(&s.labels).unwrap_or_else(|_| "{}".into()),
+                        to_json(&s.owner).unwrap_or_else(|_| "null".into()),
                     ])
                 })
                 .map_err(backend)?;
@@ -141,7 +143,7 @@ fn apply(conn: &Connection, change: &Change) -> Result<Vec<Event>> {
         })
         .map_err(backend)?;
     }
-    if let Some(sub) = &change.submission {
+    for sub in &change.submissions {
         conn.prepare_cached(
             "INSERT INTO submissions (session_id, submission_id, turn_id, text, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
         )
@@ -243,8 +245,8 @@ fn apply(conn: &Connection, change: &Change) -> Result<Vec<Event>> {
 fn insert_session(conn: &Connection, s: &keel_protocol::session::SessionInfo) -> Result<()> {
     conn.prepare_cached(
         "INSERT INTO sessions (id, name, coworker, bundle_path, bundle_digest, coworker_spec, workspace, attended,
-            compaction, provider_blocked, created_at_ms, updated_at_ms, current_turn_id, history_len, usage)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+            compaction, provider_blocked, created_at_ms, updated_at_ms, current_turn_id, history_len, usage, labels, owner)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
     )
     .and_then(|mut st| {
         st.execute(params![
@@ -263,6 +265,8 @@ fn insert_session(conn: &Connection, s: &keel_protocol::session::SessionInfo) ->
             s.current_turn_id,
             s.history_len as i64,
             to_json(&s.usage).unwrap_or_default(),
+            to_json(&s.labels).unwrap_or_else(|_| "{}".into()),
+            to_json(&s.owner).unwrap_or_else(|_| "null".into()),
         ])
     })
     .map_err(backend)?;
@@ -290,13 +294,14 @@ fn append_events(conn: &Connection, change: &Change, now: i64) -> Result<Vec<Eve
         seq += 1;
         let kind = new.kind.as_str();
         let data = to_json(&new.data)?;
-        insert.execute(params![change.session_id, seq as i64, kind, data, now]).map_err(backend)?;
+        let at_ms = new.at_ms.unwrap_or(now);
+        insert.execute(params![change.session_id, seq as i64, kind, data, at_ms]).map_err(backend)?;
         events.push(Event {
             session_id: change.session_id.clone(),
             seq,
             kind: kind.to_string(),
             data: new.data.clone(),
-            at_ms: now,
+            at_ms,
         });
     }
     Ok(events)

@@ -26,6 +26,7 @@ fn session(id: &str) -> SessionInfo {
         history_len: 0,
         usage: Usage::default(),
         labels: Default::default(),
+        owner: None,
     }
 }
 

@@ -52,11 +52,14 @@ pub struct SubmissionRecord {
 pub struct NewEvent {
     pub kind: EventKind,
     pub data: Value,
+    /// When it happened; `None` (the default) is the commit's time. Set
+    /// only when importing a journal written elsewhere.
+    pub at_ms: Option<i64>,
 }
 
 impl NewEvent {
     pub fn new(kind: EventKind, data: Value) -> NewEvent {
-        NewEvent { kind, data }
+        NewEvent { kind, data, at_ms: None }
     }
 }
 
@@ -72,7 +75,8 @@ pub struct Change {
     /// and path): set only by a person's `session/upgrade`.
     pub repin: bool,
     pub turns: Vec<TurnInfo>,
-    pub submission: Option<SubmissionRecord>,
+    /// Submissions accepted (one for `turn/start`, or many on import).
+    pub submissions: Vec<SubmissionRecord>,
     /// `(index, item)` appended to history; an index that exists already
     /// makes the whole change fail.
     pub history: Vec<(u64, Item)>,

@@ -17,11 +17,14 @@ pub struct SessionsArgs {
 
 #[derive(clap::Args)]
 pub struct ShowArgs {
-    /// Session id or name.
+    /// Session id or name, or a run archive file.
     session: String,
     /// Print the full snapshot as JSON.
     #[arg(long)]
     json: bool,
+    /// The state right after this journal seq (`keel events` lists them).
+    #[arg(long)]
+    at: Option<u64>,
 }
 
 #[derive(clap::Args)]
@@ -69,6 +72,19 @@ fn truncate(text: &str, width: usize) -> String {
 }
 
 pub async fn show(state: PathBuf, args: ShowArgs) -> anyhow::Result<ExitCode> {
+    let is_archive = std::path::Path::new(&args.session).is_file();
+    if args.at.is_some() || is_archive {
+        let archive = if is_archive {
+            crate::cmd::archive::read(std::path::Path::new(&args.session))?
+        } else {
+            Inspector::open(&state)?.archive(&args.session).await?
+        };
+        let point = match args.at {
+            Some(seq) => archive.materialize(seq)?,
+            None => archive.fold()?,
+        };
+        return show_point(&point, args.json);
+    }
     let inspector = Inspector::open(&state)?;
     let snapshot = inspector.snapshot(&args.session).await?;
     if args.json {
@@ -143,6 +159,31 @@ pub async fn show(state: PathBuf, args: ShowArgs) -> anyhow::Result<ExitCode> {
         );
     }
     println!("events    {}", snapshot.last_seq);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints a materialised point of a run.
+fn show_point(point: &keel_runtime::archive::RunState, json: bool) -> anyhow::Result<ExitCode> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(point)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let s = &point.session;
+    println!("session   {} ({}) at seq {}", s.id, s.name, point.seq);
+    println!("usage     {} input, {} output tokens", point.usage.input_tokens, point.usage.output_tokens);
+    for turn in &point.turns {
+        println!("turn      {} {}", turn.turn_id, turn.status.as_str());
+    }
+    for pending in point.interactions.iter().filter(|i| i.status == keel_protocol::InteractionStatus::Pending) {
+        println!("waiting   {} {}: {}", pending.id, pending.request.tool, pending.request.reason);
+    }
+    if let Some(owner) = &point.owner {
+        println!("owner     machine {} process {} ({})", owner.machine_id, owner.process_id, owner.instance_id);
+    }
+    println!("history");
+    for (index, item) in point.history.iter().enumerate() {
+        println!("  {index:>4}  {}", describe(item));
+    }
     Ok(ExitCode::SUCCESS)
 }
 

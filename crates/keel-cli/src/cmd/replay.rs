@@ -11,7 +11,7 @@ use keel_runtime::replay::{Recording, ReplayReport, replay};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Session id or name.
+    /// Session id or name, or a run archive file.
     session: String,
     /// Print the report as JSON.
     #[arg(long)]
@@ -19,11 +19,18 @@ pub struct Args {
 }
 
 pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
-    let inspector = Inspector::open(&state)?;
-    let session = inspector.find(&args.session).await?;
-    let events = inspector.all_events(&session.id).await?;
-    let compactions = inspector.compactions(&session.id).await?;
-    let recording = Recording::read(session, &events, &compactions);
+    let recording = if std::path::Path::new(&args.session).is_file() {
+        let archive = crate::cmd::archive::read(std::path::Path::new(&args.session))?;
+        let state = archive.fold()?;
+        let (events, compactions) = keel_runtime::archive::journal_events(&archive);
+        Recording::read(state.session, &events, &compactions)
+    } else {
+        let inspector = Inspector::open(&state)?;
+        let session = inspector.find(&args.session).await?;
+        let events = inspector.all_events(&session.id).await?;
+        let compactions = inspector.compactions(&session.id).await?;
+        Recording::read(session, &events, &compactions)
+    };
     let scratch = tempfile::tempdir()?;
     let report = replay(&recording, scratch.path()).await?;
     print_report(&report, args.json)?;

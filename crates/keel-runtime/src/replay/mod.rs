@@ -185,6 +185,7 @@ pub async fn replay(recording: &Recording, scratch: &Path) -> Result<ReplayRepor
             history_len: 0,
             usage: Usage::default(),
             labels: Default::default(),
+            owner: None,
             ..original.clone()
         })
         .await?;
