@@ -21,22 +21,24 @@ use keel_runtime::retry::RetryPolicy;
 /// The model `keel run` uses when no provider is configured at all.
 pub const LOCAL_DEFAULT: &str = "local:smollm2";
 
+/// A duration in milliseconds from the environment, if set.
+fn millis(name: &str) -> anyhow::Result<Option<Duration>> {
+    match std::env::var(name) {
+        Ok(value) => {
+            let ms: u64 = value
+                .trim()
+                .parse()
+                .map_err(|_| anyhow::anyhow!("{name} must be a number of milliseconds, got {value:?}"))?;
+            Ok(Some(Duration::from_millis(ms)))
+        }
+        Err(_) => Ok(None),
+    }
+}
+
 /// The retry policy, with the backoff knobs `KEEL_RETRY_BASE_MS` and
 /// `KEEL_RETRY_AFTER_CAP_MS` (the largest `Retry-After` honoured) when set.
 pub fn retry_from_env() -> anyhow::Result<RetryPolicy> {
     let mut policy = RetryPolicy::default();
-    let millis = |name: &str| -> anyhow::Result<Option<Duration>> {
-        match std::env::var(name) {
-            Ok(value) => {
-                let ms: u64 = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| anyhow::anyhow!("{name} must be a number of milliseconds, got {value:?}"))?;
-                Ok(Some(Duration::from_millis(ms)))
-            }
-            Err(_) => Ok(None),
-        }
-    };
     if let Some(base) = millis("KEEL_RETRY_BASE_MS")? {
         policy.base_delay = base;
         policy.max_delay = policy.max_delay.max(base);
@@ -62,11 +64,26 @@ pub fn any_remote_configured() -> bool {
         .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()))
 }
 
+/// The remote providers from their usual variables, with
+/// `KEEL_PROVIDER_REQUEST_TIMEOUT_MS` (longest wait for response headers)
+/// and `KEEL_PROVIDER_IDLE_TIMEOUT_MS` (longest silence mid-stream) applied
+/// to all of them when set.
 pub fn from_env() -> anyhow::Result<ProviderSet> {
+    let request = millis("KEEL_PROVIDER_REQUEST_TIMEOUT_MS")?;
+    let idle = millis("KEEL_PROVIDER_IDLE_TIMEOUT_MS")?;
+    let mut chat = OpenAiChatConfig::from_env();
+    let mut responses = OpenAiResponsesConfig::from_env();
+    let mut anthropic = AnthropicConfig::from_env();
+    if let Some(request) = request {
+        (chat.request_timeout, responses.request_timeout, anthropic.request_timeout) = (request, request, request);
+    }
+    if let Some(idle) = idle {
+        (chat.stream_idle_timeout, responses.stream_idle_timeout, anthropic.stream_idle_timeout) = (idle, idle, idle);
+    }
     let set = ProviderSet::new()
-        .with(Arc::new(OpenAiChat::new(OpenAiChatConfig::from_env())?))
-        .with(Arc::new(OpenAiResponses::new(OpenAiResponsesConfig::from_env())?))
-        .with(Arc::new(Anthropic::new(AnthropicConfig::from_env())?));
+        .with(Arc::new(OpenAiChat::new(chat)?))
+        .with(Arc::new(OpenAiResponses::new(responses)?))
+        .with(Arc::new(Anthropic::new(anthropic)?));
     Ok(with_local(set))
 }
 

@@ -42,13 +42,45 @@ struct Tiktoken {
     bpe: &'static CoreBPE,
 }
 
+/// Runs of non-whitespace longer than this are estimated, not encoded:
+/// byte-pair merging is quadratic in the length of one piece, and a pasted
+/// blob (base64, minified JSON) is one piece.
+const LONG_RUN: usize = 256;
+
 impl TokenCounter for Tiktoken {
     fn name(&self) -> &str {
         self.name
     }
 
     fn count(&self, text: &str) -> u64 {
-        self.bpe.encode_ordinary(text).len() as u64
+        let mut rest = String::new();
+        let mut estimated = 0u64;
+        let mut run_start = None;
+        let flush = |rest: &mut String, estimated: &mut u64, run: &str| {
+            if run.len() > LONG_RUN {
+                // About 3 bytes a token for dense text; on the high side for
+                // repetitive runs, which is the safe side for a cap.
+                *estimated += (run.len() as u64).div_ceil(3);
+            } else {
+                rest.push_str(run);
+            }
+        };
+        for (at, c) in text.char_indices() {
+            match (c.is_whitespace(), run_start) {
+                (false, None) => run_start = Some(at),
+                (true, Some(start)) => {
+                    flush(&mut rest, &mut estimated, &text[start..at]);
+                    run_start = None;
+                    rest.push(c);
+                }
+                (true, None) => rest.push(c),
+                (false, Some(_)) => {}
+            }
+        }
+        if let Some(start) = run_start {
+            flush(&mut rest, &mut estimated, &text[start..]);
+        }
+        self.bpe.encode_ordinary(&rest).len() as u64 + estimated
     }
 }
 
@@ -94,5 +126,13 @@ mod tests {
         assert_eq!(openai_context_window("gpt-4o"), Some(128_000));
         assert_eq!(openai_context_window("my-local-model"), None);
         assert_eq!(anthropic_context_window("claude-sonnet-4-5"), Some(200_000));
+    }
+
+    #[test]
+    fn a_pasted_blob_is_estimated_instead_of_merged_for_minutes() {
+        let counter = openai_counter("gpt-4o");
+        let blob = "x".repeat(300 * 1024);
+        let text = format!("hello world {blob} bye");
+        assert_eq!(counter.count(&text), counter.count("hello world  bye") + (blob.len() as u64).div_ceil(3));
     }
 }

@@ -109,8 +109,12 @@ pub(crate) async fn drive(
         // If this commit fails too the turn stays `running` on disk and the
         // next open marks it interrupted: nothing is lost either way.
         segment.error(kind, &message);
+        let storage = matches!(error, RuntimeError::Store(_));
         let failure = TurnError { kind: kind.into(), message };
-        let _ = finish(runtime, slot, turn_id, Ending::new(TurnStatus::Failed, Some(failure), "the turn failed")).await;
+        let ending = Ending::new(TurnStatus::Failed, Some(failure), "the turn failed");
+        if finish(runtime, slot, turn_id, ending).await.is_err() && storage {
+            record_stop_when_storage_returns(runtime, slot, turn_id).await;
+        }
     }
     let status = slot.peek(|state| state.turn.as_ref().map(|t| t.status.as_str()).unwrap_or("unknown"));
     segment.attr(KeyValue::str("keel.segment.outcome", status));
@@ -497,6 +501,30 @@ pub(crate) async fn finish(runtime: &Runtime, slot: &SessionSlot, turn_id: &str,
     runtime.inner.metrics.turn_finished(status);
     turn_span(runtime, &slot.state(), &coworker, &turn, status, error.as_ref());
     Ok(())
+}
+
+/// The store refused the turn's last commits (a full disk, an I/O error):
+/// the turn cannot even be recorded as failed. Keep trying, every second
+/// until keel shuts down, to record it `interrupted`, so it becomes
+/// recoverable as soon as the store accepts writes again; meanwhile the
+/// driver stays registered and new submissions are refused as busy. If keel
+/// stops first, the next start finds the turn `running` and marks it
+/// interrupted, which comes to the same.
+async fn record_stop_when_storage_returns(runtime: &Runtime, slot: &SessionSlot, turn_id: &str) {
+    loop {
+        tokio::select! {
+            _ = runtime.inner.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+        }
+        match interrupt(runtime, slot, turn_id, "storage_failed").await {
+            Ok(()) => {
+                slot.release_job(turn_id);
+                return;
+            }
+            Err(RuntimeError::Store(_)) => continue,
+            Err(_) => return,
+        }
+    }
 }
 
 /// Emits the `invoke_agent` span of an ended turn, and its metrics.

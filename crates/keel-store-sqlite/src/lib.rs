@@ -73,8 +73,29 @@ impl SqliteStore {
     /// Opens (creating if needed) the database in `state_dir` and migrates it.
     pub fn open(state_dir: &Path) -> Result<SqliteStore> {
         let path = state_dir.join(DATABASE_FILE);
-        let mut conn = Connection::open(&path).map_err(backend)?;
-        configure(&conn)?;
+        let unusable = |e: rusqlite::Error| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt) => {
+                StoreError::Backend(format!(
+                    "the database {} is corrupt or not a keel database ({e}); keel left it untouched: restore it from a backup, or move it aside to start with an empty state",
+                    path.display()
+                ))
+            }
+            Some(rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen) => StoreError::Backend(format!(
+                "the database {} cannot be written ({e}); keel needs a writable state directory (is it on a read-only filesystem?)",
+                path.display()
+            )),
+            _ => backend(e),
+        };
+        let mut conn = Connection::open(&path).map_err(unusable)?;
+        configure(&conn).map_err(|e| match e {
+            StoreError::Backend(message) if message.contains("not a database") || message.contains("malformed") => {
+                StoreError::Backend(format!(
+                    "the database {} is corrupt or not a keel database ({message}); keel left it untouched: restore it from a backup, or move it aside to start with an empty state",
+                    path.display()
+                ))
+            }
+            other => other,
+        })?;
         migrations::migrate(&mut conn)?;
         let (tx, rx) = mpsc::channel::<WriteJob>();
         let handle = std::thread::Builder::new()

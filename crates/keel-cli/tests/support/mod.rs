@@ -91,6 +91,12 @@ impl Keel {
     }
 
     /// SIGKILL: no shutdown code runs.
+    /// The keel process id.
+    #[allow(dead_code)]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
