@@ -88,16 +88,35 @@ async fn two_long_rounds(client: &mut Client, mock: &MockServer, session: &str) 
     turn(client, session, "s2", &filler("round-two-notes", 600)).await;
 }
 
-#[tokio::test]
-async fn passing_the_threshold_compacts_the_outbound_view_only_and_it_survives_a_restart() {
+/// A keel with a session that has had two long rounds.
+struct Long {
+    dir: tempfile::TempDir,
+    keel: Keel,
+    client: Client,
+    mock: MockServer,
+    id: String,
+}
+
+/// `room`: a cap leaving that many tokens for history (threshold 100%);
+/// `None`: the session's defaults (the model's window).
+async fn long_session(room: Option<u64>, attended: bool) -> Long {
     let dir = tempfile::tempdir().unwrap();
     let ws = support::workspace(&dir);
-    let state = dir.path().join("state");
     let mock = MockServer::start().await.unwrap();
-    let keel = Keel::start(&state, &mock.base_url()).unwrap();
+    let keel = Keel::start(&dir.path().join("state"), &mock.base_url()).unwrap();
     let mut client = keel.client().await.unwrap();
-    let id = session(&mut client, &ws, 1_500, true, true).await;
+    let id = match room {
+        Some(room) => session(&mut client, &ws, room, attended, true).await,
+        None => client.create_session(&ws).await.unwrap(),
+    };
     two_long_rounds(&mut client, &mock, &id).await;
+    Long { dir, keel, client, mock, id }
+}
+
+#[tokio::test]
+async fn passing_the_threshold_compacts_the_outbound_view_only_and_it_survives_a_restart() {
+    let Long { dir, keel, mut client, mock, id } = long_session(Some(1_500), true).await;
+    let state = dir.path().join("state");
     assert!(!mock.requests().iter().any(is_summary_request), "no compaction below the cap");
     mock.push(Reply::text(SUMMARY));
     mock.push(Reply::text("ok three"));
@@ -153,13 +172,7 @@ async fn passing_the_threshold_compacts_the_outbound_view_only_and_it_survives_a
 
 #[tokio::test]
 async fn a_provider_saying_too_long_compacts_and_sends_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = support::workspace(&dir);
-    let mock = MockServer::start().await.unwrap();
-    let keel = Keel::start(&dir.path().join("state"), &mock.base_url()).unwrap();
-    let mut client = keel.client().await.unwrap();
-    let id = client.create_session(&ws).await.unwrap();
-    two_long_rounds(&mut client, &mock, &id).await;
+    let Long { dir: _dir, keel: _keel, mut client, mock, id } = long_session(None, true).await;
     mock.push(Reply::http_error(ScriptedError::ContextTooLong));
     mock.push(Reply::text(SUMMARY));
     mock.push(Reply::text("ok three"));
@@ -181,13 +194,7 @@ async fn a_provider_saying_too_long_compacts_and_sends_again() {
 
 #[tokio::test]
 async fn a_summary_that_fails_twice_parks_an_attended_turn_until_a_person_trims() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = support::workspace(&dir);
-    let mock = MockServer::start().await.unwrap();
-    let keel = Keel::start(&dir.path().join("state"), &mock.base_url()).unwrap();
-    let mut client = keel.client().await.unwrap();
-    let id = session(&mut client, &ws, 1_500, true, true).await;
-    two_long_rounds(&mut client, &mock, &id).await;
+    let Long { dir: _dir, keel: _keel, mut client, mock, id } = long_session(Some(1_500), true).await;
     mock.push(Reply::http_error(ScriptedError::ServerError));
     mock.push(Reply::http_error(ScriptedError::ServerError));
     client
@@ -228,13 +235,7 @@ async fn a_summary_that_fails_twice_parks_an_attended_turn_until_a_person_trims(
 
 #[tokio::test]
 async fn an_unattended_session_trims_when_the_summary_fails_twice() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = support::workspace(&dir);
-    let mock = MockServer::start().await.unwrap();
-    let keel = Keel::start(&dir.path().join("state"), &mock.base_url()).unwrap();
-    let mut client = keel.client().await.unwrap();
-    let id = session(&mut client, &ws, 1_500, false, true).await;
-    two_long_rounds(&mut client, &mock, &id).await;
+    let Long { dir: _dir, keel: _keel, mut client, mock, id } = long_session(Some(1_500), false).await;
     mock.push(Reply::http_error(ScriptedError::ServerError));
     mock.push(Reply::text(""));
     mock.push(Reply::text("ok three"));
@@ -250,13 +251,7 @@ async fn an_unattended_session_trims_when_the_summary_fails_twice() {
 
 #[tokio::test]
 async fn a_manual_compaction_that_fails_waits_and_a_retry_applies_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = support::workspace(&dir);
-    let mock = MockServer::start().await.unwrap();
-    let keel = Keel::start(&dir.path().join("state"), &mock.base_url()).unwrap();
-    let mut client = keel.client().await.unwrap();
-    let id = client.create_session(&ws).await.unwrap();
-    two_long_rounds(&mut client, &mock, &id).await;
+    let Long { dir: _dir, keel: _keel, mut client, mock, id } = long_session(None, true).await;
     mock.push(Reply::http_error(ScriptedError::ServerError));
     mock.push(Reply::http_error(ScriptedError::ServerError));
     let waiting = client.ok("session/compact", json!({"session_id": id})).await.unwrap();
@@ -282,14 +277,8 @@ async fn a_manual_compaction_that_fails_waits_and_a_retry_applies_it() {
 
 #[tokio::test]
 async fn a_summary_written_while_history_changed_is_discarded() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = support::workspace(&dir);
-    let mock = MockServer::start().await.unwrap();
-    let keel = Keel::start(&dir.path().join("state"), &mock.base_url()).unwrap();
-    let mut client = keel.client().await.unwrap();
+    let Long { dir: _dir, keel, mut client, mock, id } = long_session(None, true).await;
     let mut other = keel.client().await.unwrap();
-    let id = client.create_session(&ws).await.unwrap();
-    two_long_rounds(&mut client, &mock, &id).await;
     mock.push(Reply::text(SUMMARY).delay_first_byte(Duration::from_secs(2)));
     mock.push(Reply::text("ok three"));
     let compact = async {
@@ -312,14 +301,8 @@ async fn a_summary_written_while_history_changed_is_discarded() {
 
 #[tokio::test]
 async fn an_interrupted_compaction_drops_the_summarizer_and_commits_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = support::workspace(&dir);
-    let mock = MockServer::start().await.unwrap();
-    let keel = Keel::start(&dir.path().join("state"), &mock.base_url()).unwrap();
-    let mut client = keel.client().await.unwrap();
+    let Long { dir: _dir, keel, mut client, mock, id } = long_session(Some(1_500), true).await;
     let mut other = keel.client().await.unwrap();
-    let id = session(&mut client, &ws, 1_500, true, true).await;
-    two_long_rounds(&mut client, &mock, &id).await;
     // In a turn: the interrupt cancels the turn and its compaction.
     mock.push(Reply::text(SUMMARY).delay_first_byte(Duration::from_secs(60)));
     client
@@ -348,14 +331,8 @@ async fn an_interrupted_compaction_drops_the_summarizer_and_commits_nothing() {
 
 #[tokio::test]
 async fn a_failed_compacted_event_leaves_nothing_of_the_compaction() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = support::workspace(&dir);
+    let Long { dir, keel: _keel, mut client, mock, id } = long_session(None, true).await;
     let state = dir.path().join("state");
-    let mock = MockServer::start().await.unwrap();
-    let keel = Keel::start(&state, &mock.base_url()).unwrap();
-    let mut client = keel.client().await.unwrap();
-    let id = client.create_session(&ws).await.unwrap();
-    two_long_rounds(&mut client, &mock, &id).await;
     let db = rusqlite::Connection::open(state.join("runtime.sqlite3")).unwrap();
     db.execute_batch(
         "CREATE TRIGGER fail_compaction BEFORE INSERT ON events WHEN NEW.kind='compacted' BEGIN SELECT RAISE(ABORT,'injected'); END;",

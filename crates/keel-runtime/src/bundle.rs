@@ -255,7 +255,14 @@ impl Bundle {
                 file.display()
             ))
         })?;
-        let parsed: BundleFile = toml::from_str(&text).map_err(|e| {
+        Bundle::from_text(dir, &text)
+    }
+
+    /// Loads a bundle whose `keel.toml` in `dir` holds `text`: everything
+    /// [`Bundle::load`] does after reading the file. For fuzzing and tests.
+    pub fn from_text(dir: &Path, text: &str) -> Result<Bundle> {
+        let file = dir.join(BUNDLE_FILE);
+        let parsed: BundleFile = toml::from_str(text).map_err(|e| {
             let line = e.span().map(|s| text[..s.start.min(text.len())].lines().count().max(1));
             RuntimeError::Config(format!(
                 "{}{}: {}",

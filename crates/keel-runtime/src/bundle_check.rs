@@ -47,10 +47,18 @@ pub fn validate(dir: &Path, providers: &[String], tools: &[String]) -> Vec<Probl
             )];
         }
     };
-    let parsed: BundleFile = match toml::from_str(&text) {
+    validate_text(&file, &text, providers, tools)
+}
+
+/// Checks `text`, the contents of the bundle file `file`: everything
+/// [`validate`] does after reading the file. For fuzzing and tests.
+pub fn validate_text(file: &Path, text: &str, providers: &[String], tools: &[String]) -> Vec<Problem> {
+    let problem =
+        |line: Option<usize>, message: String, hint: String| Problem { file: file.to_path_buf(), line, message, hint };
+    let parsed: BundleFile = match toml::from_str(text) {
         Ok(parsed) => parsed,
         Err(e) => {
-            let line = e.span().map(|s| line_at(&text, s.start));
+            let line = e.span().map(|s| line_at(text, s.start));
             let message = e.message().to_string();
             let hint = if message.contains("unknown field") {
                 "remove or rename the field; `keel validate --schema` prints every field a bundle may have".to_string()
@@ -68,12 +76,12 @@ pub fn validate(dir: &Path, providers: &[String], tools: &[String]) -> Vec<Probl
     }
     let check_model = |id: &str, key: &str, model: &str, problems: &mut Vec<Problem>| match model.split_once(':') {
         None => problems.push(problem(
-            key_line(&text, id, key),
+            key_line(text, id, key),
             format!("coworker {id:?}: the model {model:?} does not name a provider"),
             "write it as provider:model, for example openai-chat:gpt-4o-mini or local:smollm2".into(),
         )),
         Some((provider, _)) if !providers.iter().any(|p| p == provider) => problems.push(problem(
-            key_line(&text, id, key),
+            key_line(text, id, key),
             format!("coworker {id:?}: unknown provider {provider:?} in {model:?}"),
             format!("use one of: {}", providers.join(", ")),
         )),
@@ -103,7 +111,7 @@ pub fn validate(dir: &Path, providers: &[String], tools: &[String]) -> Vec<Probl
                     ),
                 };
                 problems.push(problem(
-                    key_line(&text, id, "tools"),
+                    key_line(text, id, "tools"),
                     format!("coworker {id:?}: unknown tool {tool:?}"),
                     hint,
                 ));
@@ -112,7 +120,7 @@ pub fn validate(dir: &Path, providers: &[String], tools: &[String]) -> Vec<Probl
         for (key, paths) in [("read", &spec.resources.read), ("write", &spec.resources.write)] {
             for path in paths.iter().filter(|p| !p.is_absolute()) {
                 problems.push(problem(
-                    sub_key_line(&text, id, "resources", key),
+                    sub_key_line(text, id, "resources", key),
                     format!("coworker {id:?}: resources.{key} holds the relative path {path:?}"),
                     "write absolute paths; the workspace itself needs no entry".into(),
                 ));
@@ -121,14 +129,14 @@ pub fn validate(dir: &Path, providers: &[String], tools: &[String]) -> Vec<Probl
         let shell = &spec.resources.shell;
         if shell.timeout_secs == 0 || shell.max_timeout_secs < shell.timeout_secs {
             problems.push(problem(
-                sub_key_line(&text, id, "resources.shell", "timeout_secs"),
+                sub_key_line(text, id, "resources.shell", "timeout_secs"),
                 format!("coworker {id:?}: shell timeouts must satisfy 0 < timeout_secs <= max_timeout_secs"),
                 "for example timeout_secs = 60 and max_timeout_secs = 600".into(),
             ));
         }
         if spec.instructions.trim().is_empty() {
             problems.push(problem(
-                key_line(&text, id, "instructions"),
+                key_line(text, id, "instructions"),
                 format!("coworker {id:?}: the instructions are empty"),
                 "say who the coworker is and how it should work".into(),
             ));
@@ -136,7 +144,7 @@ pub fn validate(dir: &Path, providers: &[String], tools: &[String]) -> Vec<Probl
         for (key, value) in [("max_steps", spec.max_steps), ("max_output_tokens", spec.max_output_tokens)] {
             if value == Some(0) {
                 problems.push(problem(
-                    key_line(&text, id, key),
+                    key_line(text, id, key),
                     format!("coworker {id:?}: {key} is 0, so no turn could do anything"),
                     format!("remove {key} for the default, or set it to at least 1"),
                 ));

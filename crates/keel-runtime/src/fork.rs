@@ -21,7 +21,6 @@ use serde_json::json;
 
 use crate::error::{Result, RuntimeError};
 use crate::runtime::Runtime;
-use crate::slot::SessionSlot;
 
 /// Journal events read per store call while looking for the fork point.
 const PAGE: u32 = 1_000;
@@ -87,15 +86,8 @@ impl Runtime {
             record.session_id = info.id.clone();
             record
         });
-        let info = SessionInfo { owner: Some((*self.inner.owner).clone()), ..info };
-        let slot = Arc::new(SessionSlot::new(info.clone(), None, Vec::new(), None, self.inner.owner.clone()));
-        let created = serde_json::to_value(&info).unwrap_or_default();
-        let from = json!({ "session_id": session_id, "seq": at_seq });
-        slot.transact(self.store(), |state, change| {
-            change.new_session = true;
-            change
-                .events
-                .push(NewEvent::new(EventKind::SessionCreated, json!({ "session": created, "forked_from": from })));
+        let from = json!({ "forked_from": { "session_id": session_id, "seq": at_seq } });
+        self.insert_session_with(info, from, |state, change| {
             for item in items {
                 crate::driver::push_item(change, &mut state.info, "", item);
             }
@@ -106,9 +98,6 @@ impl Runtime {
             }
             Ok(())
         })
-        .await?;
-        let info = slot.state().info;
-        self.inner.sessions.lock().map_err(|_| RuntimeError::ShuttingDown)?.insert(info.id.clone(), slot);
-        Ok(info)
+        .await
     }
 }

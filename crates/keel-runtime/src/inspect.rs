@@ -102,15 +102,7 @@ impl Inspector {
 
     /// The whole journal of a session, in order.
     pub async fn all_events(&self, session_id: &str) -> Result<Vec<Event>> {
-        let mut all: Vec<Event> = Vec::new();
-        loop {
-            let after = all.last().map_or(0, |e| e.seq);
-            let page = self.store.events(session_id.to_string(), after, 1_000).await?;
-            if page.is_empty() {
-                return Ok(all);
-            }
-            all.extend(page);
-        }
+        crate::archive::all_events(self.store.as_ref(), session_id).await
     }
 
     pub async fn events(&self, session_id: &str, after_seq: u64, limit: u32) -> Result<Vec<Event>> {

@@ -280,13 +280,30 @@ impl Runtime {
     /// Commits a new session exactly as `info` says (its pinned coworker
     /// included) and serves it.
     pub(crate) async fn insert_session(&self, info: SessionInfo) -> Result<SessionInfo> {
+        self.insert_session_with(info, json!({}), |_, _| Ok(())).await
+    }
+
+    /// [`Self::insert_session`], with more in the creating commit: `extra`
+    /// fields in the `session_created` event and whatever `build` adds.
+    pub(crate) async fn insert_session_with<F>(
+        &self,
+        info: SessionInfo,
+        extra: serde_json::Value,
+        build: F,
+    ) -> Result<SessionInfo>
+    where
+        F: FnOnce(&mut crate::slot::SessionState, &mut keel_store::Change) -> Result<()>,
+    {
         let info = SessionInfo { owner: Some((*self.inner.owner).clone()), ..info };
         let slot = Arc::new(SessionSlot::new(info.clone(), None, Vec::new(), None, self.inner.owner.clone()));
-        let created = serde_json::to_value(&info).unwrap_or_default();
-        slot.transact(self.store(), |_, change| {
+        let mut created = json!({ "session": info });
+        if let (Some(created), Some(extra)) = (created.as_object_mut(), extra.as_object()) {
+            created.extend(extra.clone());
+        }
+        slot.transact(self.store(), |state, change| {
             change.new_session = true;
-            change.events.push(NewEvent::new(EventKind::SessionCreated, json!({ "session": created })));
-            Ok(())
+            change.events.push(NewEvent::new(EventKind::SessionCreated, created));
+            build(state, change)
         })
         .await?;
         let info = slot.state().info;

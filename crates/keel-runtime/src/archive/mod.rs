@@ -13,6 +13,7 @@
 mod export;
 mod import;
 
+pub(crate) use export::all_events;
 pub use export::{archive_records, journal_events};
 pub use keel_archive::{Archive, ArchiveWriter, Record, RunState};
 

@@ -21,8 +21,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use keel_protocol::Usage;
 use keel_protocol::ids::new_id;
-use keel_protocol::{Event, Usage};
 use keel_provider::{BoxFuture, DeltaSink, ModelProvider, ModelRequest, ModelResponse, ProviderError};
 use keel_tools::{Tool, ToolContext, ToolDescriptor, ToolOutput};
 use serde::Serialize;
@@ -226,7 +226,7 @@ pub async fn replay(recording: &Recording, scratch: &Path) -> Result<ReplayRepor
         });
     }
     // Read the replay's own journal the way the original was read.
-    let events = all_events(&runtime, &session.id).await?;
+    let events = crate::archive::all_events(runtime.store(), &session.id).await?;
     let replayed = Recording::read(session.clone(), &events, &[]);
     let mut replayed_turns = replayed.turns.into_iter();
     for report in reports.iter_mut().filter(|r| r.result != "skipped") {
@@ -271,17 +271,5 @@ async fn run_turn(runtime: &Runtime, session: &str, turn: &RecordedTurn) -> Resu
             "turn_finished" => return Ok(()),
             _ => {}
         }
-    }
-}
-
-async fn all_events(runtime: &Runtime, session: &str) -> Result<Vec<Event>> {
-    let mut all = Vec::new();
-    loop {
-        let after = all.last().map_or(0, |e: &Event| e.seq);
-        let page = runtime.store().events(session.to_string(), after, 1_000).await?;
-        if page.is_empty() {
-            return Ok(all);
-        }
-        all.extend(page);
     }
 }
