@@ -13,6 +13,7 @@
 
 mod compaction;
 mod parse;
+mod side_by_side;
 mod tools;
 
 use std::path::{Path, PathBuf};
@@ -77,6 +78,11 @@ enum Bench {
         #[arg(long)]
         strict: bool,
     },
+    /// keel's side of `scripts/bench-side-by-side`, against an external server.
+    SideBySide {
+        #[command(subcommand)]
+        command: side_by_side::SideBySide,
+    },
     /// Internal: open a state directory and report memory (used by `idle`).
     #[command(hide = true)]
     Load { state: PathBuf },
@@ -96,6 +102,7 @@ fn main() -> Result<()> {
             Some(Bench::Turns { sessions, turns }) => turns_bench(sessions, turns).await,
             Some(Bench::Idle { sessions }) => idle_bench(sessions).await,
             Some(Bench::Load { state }) => load(&state).await,
+            Some(Bench::SideBySide { command }) => side_by_side::run(command).await,
             Some(Bench::Parse { requests }) => parse::bench(requests).await,
             Some(Bench::Tools { calls }) => tools::bench(calls).await,
             Some(Bench::Compaction { summary_model, scenarios, strict }) => {

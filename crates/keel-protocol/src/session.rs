@@ -49,12 +49,14 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Adds `other`'s counts. Sums saturate at `u64::MAX`: counts come from
+    /// providers and archives, which may send any number.
     pub fn add(&mut self, other: &Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cached_input_tokens += other.cached_input_tokens;
-        self.reasoning_tokens += other.reasoning_tokens;
-        self.cost_micro_usd += other.cost_micro_usd;
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cached_input_tokens = self.cached_input_tokens.saturating_add(other.cached_input_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
+        self.cost_micro_usd = self.cost_micro_usd.saturating_add(other.cost_micro_usd);
     }
 }
 
@@ -206,4 +208,21 @@ pub struct ToolCallInfo {
     pub started_at_ms: i64,
     #[serde(default)]
     pub finished_at_ms: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by fuzzing `keel_archive`: an archive whose checkpoint holds a
+    /// count near `u64::MAX` made folding a diff panic in debug builds.
+    #[test]
+    fn usage_sums_saturate_instead_of_overflowing() {
+        let mut usage = Usage { input_tokens: u64::MAX - 1, cost_micro_usd: u64::MAX, ..Usage::default() };
+        usage.add(&Usage { input_tokens: 5, output_tokens: 2, cost_micro_usd: 1, ..Usage::default() });
+        assert_eq!(
+            usage,
+            Usage { input_tokens: u64::MAX, output_tokens: 2, cost_micro_usd: u64::MAX, ..Usage::default() }
+        );
+    }
 }

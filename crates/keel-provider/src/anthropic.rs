@@ -20,7 +20,9 @@ pub use request::{AnthropicMessages, request_body, to_anthropic_messages};
 use response::MessagesDecoder;
 
 use crate::transport::{HttpTransport, Timeouts, secret_header, usable_key};
-use crate::{BoxFuture, ConfigError, DeltaSink, ModelProvider, ModelRequest, ModelResponse, ProviderError};
+use crate::{
+    BoxFuture, ConfigError, DeltaSink, ModelProvider, ModelRequest, ModelResponse, ProviderError, ResponseBody,
+};
 
 /// A [`ModelProvider`] for the Anthropic Messages API.
 #[derive(Debug)]
@@ -75,4 +77,11 @@ impl ModelProvider for Anthropic {
         let body = request_body(request, self.default_max_tokens).to_string();
         Box::pin(self.transport.exchange(body, MessagesDecoder::default(), on_delta))
     }
+}
+
+/// Decodes a Messages response body with no network, through the
+/// same SSE parser and decoder a live response goes through. For fuzzing
+/// and tests.
+pub fn decode_body(body: ResponseBody<'_>, on_delta: DeltaSink<'_>) -> Result<ModelResponse, ProviderError> {
+    crate::decoding::decode_body(MessagesDecoder::default(), body, on_delta)
 }

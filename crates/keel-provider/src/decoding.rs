@@ -1,13 +1,17 @@
 //! What every stream decoder shares: the [`StreamDecoder`] contract the
-//! transport drives, and [`TypedEvents`], the parsing both typed-event
+//! transport drives, [`EventFeed`], which takes body bytes through the SSE
+//! parser into a decoder, and [`TypedEvents`], the parsing both typed-event
 //! formats (OpenAI Responses, Anthropic Messages) start with.
 //!
 //! Decoders are pure: they take parsed server-sent events and return a
 //! [`ModelResponse`] or a classified [`ProviderError`], so every server quirk
 //! is unit-testable without a network ([`decode_events`] feeds them in tests).
+//! [`decode_body`] runs a whole body through exactly what the transport
+//! runs, without the network; each adapter exposes it for fuzzing and tests.
 
 use crate::failure::{classify_stream_error, invalid_data};
-use crate::sse::SseEvent;
+use crate::sse::{SseEvent, SseParser};
+use crate::transport::transport;
 use crate::{DeltaSink, ModelResponse, ProviderError};
 
 /// Whether the stream has more to say.
@@ -32,6 +36,85 @@ pub(crate) trait StreamDecoder {
 
     /// The response, once the body has ended.
     fn finish(self) -> Result<ModelResponse, ProviderError>;
+}
+
+/// The bytes of a response body as the transport hands them to a decoder.
+#[derive(Debug, Clone, Copy)]
+pub enum ResponseBody<'a> {
+    /// An event stream, in the pieces the network delivered.
+    Stream(&'a [&'a [u8]]),
+    /// A whole `application/json` body, from a server that ignored
+    /// `"stream": true`.
+    Json(&'a [u8]),
+}
+
+/// Body bytes in, decoded events out: the SSE parser feeding a decoder.
+#[derive(Debug)]
+pub(crate) struct EventFeed<D> {
+    parser: SseParser,
+    decoder: D,
+    events_seen: usize,
+}
+
+impl<D: StreamDecoder> EventFeed<D> {
+    pub fn new(decoder: D) -> EventFeed<D> {
+        EventFeed { parser: SseParser::new(), decoder, events_seen: 0 }
+    }
+
+    /// Feeds the next piece of the body; [`Progress::Done`] once the
+    /// terminal event arrived (the rest of the body is then ignored).
+    pub fn feed(&mut self, chunk: &[u8], on_delta: DeltaSink<'_>) -> Result<Progress, ProviderError> {
+        let events = self
+            .parser
+            .feed(chunk)
+            .map_err(|error| transport(format!("the provider's event stream is broken: {error}")))?;
+        for event in &events {
+            self.events_seen += 1;
+            if self.decoder.on_event(event, on_delta)? == Progress::Done {
+                return Ok(Progress::Done);
+            }
+        }
+        Ok(Progress::Continue)
+    }
+
+    /// How many events reached the decoder.
+    pub fn events_seen(&self) -> usize {
+        self.events_seen
+    }
+
+    /// The response, once the body has ended or the terminal event arrived.
+    pub fn finish(self) -> Result<ModelResponse, ProviderError> {
+        self.decoder.finish()
+    }
+}
+
+/// Decodes a whole `application/json` body.
+pub(crate) fn decode_json_body<D: StreamDecoder>(
+    mut decoder: D,
+    body: &[u8],
+    on_delta: DeltaSink<'_>,
+) -> Result<ModelResponse, ProviderError> {
+    decoder.on_json_body(body, on_delta).and_then(|()| decoder.finish())
+}
+
+/// Decodes a body with no network: the same parser and decoder, fed the
+/// same way, as a live response. For fuzzing and tests.
+pub(crate) fn decode_body<D: StreamDecoder>(
+    decoder: D,
+    body: ResponseBody<'_>,
+    on_delta: DeltaSink<'_>,
+) -> Result<ModelResponse, ProviderError> {
+    let chunks = match body {
+        ResponseBody::Json(body) => return decode_json_body(decoder, body, on_delta),
+        ResponseBody::Stream(chunks) => chunks,
+    };
+    let mut feed = EventFeed::new(decoder);
+    for chunk in chunks {
+        if feed.feed(chunk, on_delta)? == Progress::Done {
+            break;
+        }
+    }
+    feed.finish()
 }
 
 /// How a wire format with typed events (each event's data is a JSON object

@@ -31,6 +31,7 @@ use std::time::Duration;
 use keel_protocol::{Item, ToolSpec, Usage};
 
 pub use anthropic::{Anthropic, AnthropicConfig};
+pub use decoding::ResponseBody;
 pub use openai_chat::{OpenAiChat, OpenAiChatConfig};
 pub use openai_responses::{OpenAiResponses, OpenAiResponsesConfig};
 pub use tokens::TokenCounter;

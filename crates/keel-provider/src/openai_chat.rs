@@ -13,7 +13,9 @@ pub use request::{MaxTokensField, request_body, to_chat_messages};
 use response::ResponseAssembler;
 
 use crate::transport::{HttpTransport, Timeouts, bearer_auth, usable_key};
-use crate::{BoxFuture, ConfigError, DeltaSink, ModelProvider, ModelRequest, ModelResponse, ProviderError};
+use crate::{
+    BoxFuture, ConfigError, DeltaSink, ModelProvider, ModelRequest, ModelResponse, ProviderError, ResponseBody,
+};
 
 mod config;
 pub use config::{DEFAULT_BASE_URL, OpenAiChatConfig};
@@ -68,4 +70,11 @@ impl ModelProvider for OpenAiChat {
         let body = request_body(request, self.max_tokens_field).to_string();
         Box::pin(self.transport.exchange(body, ResponseAssembler::default(), on_delta))
     }
+}
+
+/// Decodes a Chat Completions response body with no network, through the
+/// same SSE parser and decoder a live response goes through. For fuzzing
+/// and tests.
+pub fn decode_body(body: ResponseBody<'_>, on_delta: DeltaSink<'_>) -> Result<ModelResponse, ProviderError> {
+    crate::decoding::decode_body(ResponseAssembler::default(), body, on_delta)
 }

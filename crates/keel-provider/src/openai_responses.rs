@@ -17,7 +17,9 @@ pub use request::{request_body, to_responses_input};
 use response::ResponsesDecoder;
 
 use crate::transport::{self, HttpTransport, Timeouts, bearer_auth, usable_key};
-use crate::{BoxFuture, ConfigError, DeltaSink, ModelProvider, ModelRequest, ModelResponse, ProviderError};
+use crate::{
+    BoxFuture, ConfigError, DeltaSink, ModelProvider, ModelRequest, ModelResponse, ProviderError, ResponseBody,
+};
 
 /// A [`ModelProvider`] for the Responses API.
 #[derive(Debug)]
@@ -66,4 +68,11 @@ impl ModelProvider for OpenAiResponses {
         let body = request_body(request).to_string();
         Box::pin(self.transport.exchange(body, ResponsesDecoder::default(), on_delta))
     }
+}
+
+/// Decodes a Responses response body with no network, through the
+/// same SSE parser and decoder a live response goes through. For fuzzing
+/// and tests.
+pub fn decode_body(body: ResponseBody<'_>, on_delta: DeltaSink<'_>) -> Result<ModelResponse, ProviderError> {
+    crate::decoding::decode_body(ResponsesDecoder::default(), body, on_delta)
 }

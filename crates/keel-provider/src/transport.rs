@@ -15,10 +15,10 @@ use std::time::{Duration, SystemTime};
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use tokio::time::timeout;
 
-use crate::decoding::{Progress, StreamDecoder};
+use crate::decoding::{EventFeed, Progress, StreamDecoder, decode_json_body};
 use crate::failure::{classify_http_error, excerpt};
 use crate::retry_after::retry_delay;
-use crate::sse::{DEFAULT_MAX_LINE_LEN, SseParser};
+use crate::sse::DEFAULT_MAX_LINE_LEN;
 use crate::{ConfigError, DeltaSink, FailureKind, ModelResponse, ProviderError};
 
 /// How much of an error body is read: enough for any real error message.
@@ -104,7 +104,7 @@ impl HttpTransport {
     async fn run<D: StreamDecoder>(
         &self,
         body: String,
-        mut decoder: D,
+        decoder: D,
         on_delta: DeltaSink<'_>,
     ) -> Result<ModelResponse, ProviderError> {
         let request = self
@@ -137,7 +137,7 @@ impl HttpTransport {
             .is_some_and(|value| value.trim_start().starts_with("application/json"));
         let result = if is_json {
             match self.read_body(&mut response, DEFAULT_MAX_LINE_LEN).await {
-                Ok(body) => decoder.on_json_body(&body, on_delta).and_then(|()| decoder.finish()),
+                Ok(body) => decode_json_body(decoder, &body, on_delta),
                 Err((_, error)) => Err(error),
             }
         } else {
@@ -153,29 +153,23 @@ impl HttpTransport {
     async fn read_stream<D: StreamDecoder>(
         &self,
         mut response: reqwest::Response,
-        mut decoder: D,
+        decoder: D,
         on_delta: DeltaSink<'_>,
     ) -> Result<ModelResponse, ProviderError> {
-        let mut parser = SseParser::new();
+        let mut feed = EventFeed::new(decoder);
         let mut head = Vec::new();
-        let mut events_seen = 0usize;
         while let Some(chunk) = self.next_chunk(&mut response).await? {
-            if events_seen == 0 && head.len() < HEAD_KEPT {
+            if feed.events_seen() == 0 && head.len() < HEAD_KEPT {
                 head.extend_from_slice(&chunk[..chunk.len().min(HEAD_KEPT - head.len())]);
             }
-            let events = parser
-                .feed(&chunk)
-                .map_err(|error| transport(format!("the provider's event stream is broken: {error}")))?;
-            for event in &events {
-                events_seen += 1;
-                if decoder.on_event(event, on_delta)? == Progress::Done {
-                    // Reading to the end returns the connection to the pool.
-                    let _ = timeout(DRAIN_TIMEOUT, async { while let Ok(Some(_)) = response.chunk().await {} }).await;
-                    return decoder.finish();
-                }
+            if feed.feed(&chunk, on_delta)? == Progress::Done {
+                // Reading to the end returns the connection to the pool.
+                let _ = timeout(DRAIN_TIMEOUT, async { while let Ok(Some(_)) = response.chunk().await {} }).await;
+                return feed.finish();
             }
         }
-        decoder.finish().map_err(|mut error| {
+        let events_seen = feed.events_seen();
+        feed.finish().map_err(|mut error| {
             if events_seen == 0 && error.kind == FailureKind::Transport {
                 error.message = format!(
                     "the provider's response contained no events, so it is not {} (body began: {}); check the base URL and the model name",

@@ -1,6 +1,6 @@
 //! One session's in-memory state and the single path that changes it.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use keel_protocol::EventKind;
 use keel_protocol::ids::now_ms;
@@ -16,7 +16,10 @@ use crate::events::BusMessage;
 
 /// Live-event buffer per subscribed session. A subscriber that falls further
 /// behind catches up from the store, so this bounds memory, not correctness.
-const BUS_CAPACITY: usize = 1024;
+/// Kept small (the buffer is allocated whole and holds recent events) and
+/// dropped when the last subscriber leaves: at 1,000 subscribed sessions a
+/// 1,024-slot buffer cost 134 KiB each.
+const BUS_CAPACITY: usize = 64;
 
 /// The committed state of a session, as served.
 #[derive(Debug, Clone)]
@@ -48,7 +51,7 @@ pub(crate) struct SessionSlot {
     /// Serializes control requests (start, interrupt, resume).
     pub control: tokio::sync::Mutex<()>,
     pub job: Mutex<Option<Job>>,
-    bus: OnceLock<broadcast::Sender<BusMessage>>,
+    bus: Mutex<Option<broadcast::Sender<BusMessage>>>,
     /// Token counts of history items by index, for one counter (history
     /// only grows, so a count never goes stale).
     tokens: Mutex<TokenCache>,
@@ -82,7 +85,7 @@ impl SessionSlot {
             writer: tokio::sync::Mutex::new(()),
             control: tokio::sync::Mutex::new(()),
             job: Mutex::new(None),
-            bus: OnceLock::new(),
+            bus: Mutex::new(None),
         }
     }
 
@@ -234,22 +237,34 @@ impl SessionSlot {
     }
 
     fn publish_events(&self, events: &[Event]) {
-        if let Some(bus) = self.bus.get() {
+        self.with_bus(|bus| {
             for event in events {
                 let _ = bus.send(BusMessage::Event(event.clone()));
             }
-        }
+        });
     }
 
     /// Publishes a live-only message (streamed text).
     pub fn publish(&self, message: BusMessage) {
-        if let Some(bus) = self.bus.get() {
+        self.with_bus(|bus| {
             let _ = bus.send(message);
+        });
+    }
+
+    /// Runs `send` on the bus if anyone listens; a bus nobody listens to any
+    /// more is dropped with the events it still holds.
+    fn with_bus(&self, send: impl FnOnce(&broadcast::Sender<BusMessage>)) {
+        let mut bus = self.bus.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match bus.as_ref() {
+            Some(sender) if sender.receiver_count() > 0 => send(sender),
+            Some(_) => *bus = None,
+            None => {}
         }
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<BusMessage> {
-        self.bus.get_or_init(|| broadcast::channel(BUS_CAPACITY).0).subscribe()
+        let mut bus = self.bus.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        bus.get_or_insert_with(|| broadcast::channel(BUS_CAPACITY).0).subscribe()
     }
 }
 

@@ -4,17 +4,14 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use keel_protocol::ids::new_id;
-use keel_protocol::rpc::{
-    DeltaNotification, EventNotification, EventsSubscribeResponse, Notification, Request, Response, code,
-};
+use keel_protocol::rpc::{DeltaNotification, EventNotification, EventsSubscribeResponse, Notification, Response};
 use keel_runtime::{BusMessage, EventStream, Runtime};
-use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::decode::{Incoming, Message, decode_text};
 use crate::dispatch;
-use crate::errors::plain;
 
 /// Outgoing messages waiting for the transport; a slow client applies
 /// backpressure to its own subscriptions only.
@@ -47,50 +44,26 @@ impl Connection {
     /// Handles one incoming text and returns the response text, if any
     /// (notifications and all-notification batches get none).
     pub async fn handle_text(&self, text: &str) -> Option<String> {
-        let value: Value = match serde_json::from_str(text) {
-            Ok(value) => value,
-            Err(e) => {
-                let error =
-                    plain(code::PARSE_ERROR, format!("parse error: {e}; send one JSON-RPC 2.0 message per line"));
-                return encode(&Response::err(Value::Null, error));
-            }
-        };
-        match value {
-            Value::Array(batch) if batch.is_empty() => {
-                encode(&Response::err(Value::Null, plain(code::INVALID_REQUEST, "invalid request: empty batch")))
-            }
-            Value::Array(batch) => {
+        match decode_text(text) {
+            Incoming::Rejected(response) => encode(&response),
+            Incoming::Batch(batch) => {
                 let mut responses = Vec::new();
                 for message in batch {
-                    if let Some(response) = self.handle_value(message).await {
+                    if let Some(response) = self.handle_message(message).await {
                         responses.push(response);
                     }
                 }
                 if responses.is_empty() { None } else { encode(&responses) }
             }
-            message => self.handle_value(message).await.and_then(|r| encode(&r)),
+            Incoming::Single(message) => self.handle_message(message).await.and_then(|r| encode(&r)),
         }
     }
 
-    async fn handle_value(&self, value: Value) -> Option<Response> {
-        let id_hint = value.get("id").cloned().filter(valid_id).unwrap_or(Value::Null);
-        let request: Request = match serde_json::from_value(value) {
-            Ok(request) => request,
-            Err(e) => {
-                let error = plain(code::INVALID_REQUEST, format!("invalid request: {e}"));
-                return Some(Response::err(id_hint, error));
-            }
+    async fn handle_message(&self, message: Message) -> Option<Response> {
+        let request = match message {
+            Message::Request(request) => request,
+            Message::Invalid(response) => return Some(response),
         };
-        if request.jsonrpc != "2.0" {
-            let error = plain(code::INVALID_REQUEST, "invalid request: jsonrpc must be \"2.0\"");
-            return Some(Response::err(id_hint, error));
-        }
-        if let Some(id) = &request.id
-            && !valid_id(id)
-        {
-            let error = plain(code::INVALID_REQUEST, "invalid request: id must be a string, a number or null");
-            return Some(Response::err(Value::Null, error));
-        }
         let outcome = dispatch::call(&self.runtime, self, &request.method, request.params).await;
         let id = request.id?;
         Some(match outcome {
@@ -167,10 +140,6 @@ impl Connection {
         self.tasks.close();
         self.tasks.wait().await;
     }
-}
-
-fn valid_id(id: &Value) -> bool {
-    matches!(id, Value::String(_) | Value::Number(_) | Value::Null)
 }
 
 fn encode<T: serde::Serialize>(value: &T) -> Option<String> {

@@ -10,6 +10,7 @@
 //! needs none: whoever can write to keel's stdin started the process.
 
 mod connection;
+pub mod decode;
 mod dispatch;
 mod errors;
 pub mod stdio;

@@ -117,7 +117,12 @@ impl WireUsage {
     fn to_usage(&self) -> Usage {
         let cached = self.cache_read_input_tokens.unwrap_or(0);
         Usage {
-            input_tokens: self.input_tokens.unwrap_or(0) + cached + self.cache_creation_input_tokens.unwrap_or(0),
+            // Saturating: the counts are whatever the server sent.
+            input_tokens: self
+                .input_tokens
+                .unwrap_or(0)
+                .saturating_add(cached)
+                .saturating_add(self.cache_creation_input_tokens.unwrap_or(0)),
             output_tokens: self.output_tokens.unwrap_or(0),
             cached_input_tokens: cached,
             ..Usage::default()

@@ -217,3 +217,14 @@ fn malformed_data_is_transport() {
         error.message
     );
 }
+
+/// Found by fuzzing: usage counts whose sum passes `u64::MAX` made
+/// `finish` panic in debug builds.
+#[test]
+fn huge_usage_counts_saturate() {
+    let usage = json!({"input_tokens": u64::MAX, "cache_read_input_tokens": 1, "cache_creation_input_tokens": 1});
+    let (result, _) = decode(&[start(usage), message_stop()]);
+    let response = result.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(response.usage.input_tokens, u64::MAX);
+    assert_eq!(response.usage.cached_input_tokens, 1);
+}
