@@ -229,12 +229,10 @@ pub async fn bench(summary_model: &str, count: usize, strict: bool) -> Result<()
     std::fs::create_dir_all(&workspace)?;
     let mock = MockServer::start().await?;
     let chat = OpenAiChat::new(OpenAiChatConfig { base_url: mock.base_url(), ..OpenAiChatConfig::default() })?;
-    let mut providers = ProviderSet::new().with(Arc::new(chat));
+    let providers = ProviderSet::new().with(Arc::new(chat));
     #[cfg(feature = "local")]
-    {
-        let local = keel_provider_local::LocalProvider::new(keel_provider_local::LocalConfig::from_env());
-        providers = providers.with(Arc::new(local));
-    }
+    let providers = providers
+        .with(Arc::new(keel_provider_local::LocalProvider::new(keel_provider_local::LocalConfig::from_env())));
     let mut config = RuntimeConfig::new(dir.path().join("state"));
     config.bundles = vec![bundle];
     config.providers = providers;
