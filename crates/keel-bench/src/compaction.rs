@@ -231,8 +231,8 @@ pub async fn bench(summary_model: &str, count: usize, strict: bool) -> Result<()
     let chat = OpenAiChat::new(OpenAiChatConfig { base_url: mock.base_url(), ..OpenAiChatConfig::default() })?;
     let providers = ProviderSet::new().with(Arc::new(chat));
     #[cfg(feature = "local")]
-    let providers = providers
-        .with(Arc::new(keel_provider_local::LocalProvider::new(keel_provider_local::LocalConfig::from_env())));
+    let providers =
+        providers.with(Arc::new(keel_provider_local::LocalProvider::new(keel_provider_local::LocalConfig::from_env())));
     let mut config = RuntimeConfig::new(dir.path().join("state"));
     config.bundles = vec![bundle];
     config.providers = providers;
