@@ -143,13 +143,19 @@ async fn start_mock() -> Result<MockServer> {
         .await?)
 }
 
-async fn create_sessions(runtime: &Runtime, count: usize, workspace: &Path) -> Result<Vec<String>> {
+/// Creates `count` unattended sessions of `coworker`.
+pub(crate) async fn create_sessions(
+    runtime: &Runtime,
+    coworker: &str,
+    count: usize,
+    workspace: &Path,
+) -> Result<Vec<String>> {
     let mut ids = Vec::with_capacity(count);
     for n in 0..count {
         let info = runtime
             .create_session(NewSession {
                 name: format!("bench-{n}"),
-                coworker: "assistant-example".into(),
+                coworker: coworker.into(),
                 workspace: workspace.display().to_string(),
                 attended: false,
                 compaction: None,
@@ -209,7 +215,7 @@ async fn turns_bench(sessions: usize, turns: usize) -> Result<()> {
     std::fs::create_dir_all(&workspace)?;
     let mock = start_mock().await?;
     let runtime = open(&dir.path().join("state"), &mock.base_url()).await?;
-    let ids = create_sessions(&runtime, sessions, &workspace).await?;
+    let ids = create_sessions(&runtime, "assistant-example", sessions, &workspace).await?;
     // Warm up connections and caches with one turn per session.
     drive(&runtime, &ids, 1).await?;
     runtime.metrics().take_timings();
@@ -257,7 +263,7 @@ async fn idle_bench(sessions: usize) -> Result<()> {
     {
         let mock = start_mock().await?;
         let runtime = open(&state, &mock.base_url()).await?;
-        let ids = create_sessions(&runtime, sessions, &workspace).await?;
+        let ids = create_sessions(&runtime, "assistant-example", sessions, &workspace).await?;
         // One finished turn each, so every session has history and a turn.
         for chunk in ids.chunks(500) {
             drive(&runtime, chunk, 1).await?;

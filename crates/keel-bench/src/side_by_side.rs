@@ -30,7 +30,7 @@ use anyhow::{Context, Result};
 use clap::Subcommand;
 use keel_protocol::ids::new_id;
 use keel_provider::{OpenAiChat, OpenAiChatConfig};
-use keel_runtime::{BusMessage, NewSession, ProviderSet, Runtime, RuntimeConfig};
+use keel_runtime::{BusMessage, ProviderSet, Runtime, RuntimeConfig};
 use keel_tools::{BoxFuture, Tool, ToolContext, ToolDescriptor, ToolOutput};
 use serde_json::{Value, json};
 
@@ -131,23 +131,6 @@ async fn open(state: &Path, provider_url: &str, bundle_dir: &Path) -> Result<Run
     Ok(Runtime::open(config).await?)
 }
 
-async fn create_sessions(runtime: &Runtime, count: usize, workspace: &Path) -> Result<Vec<String>> {
-    let mut ids = Vec::with_capacity(count);
-    for n in 0..count {
-        let info = runtime
-            .create_session(NewSession {
-                name: format!("s-{n}"),
-                coworker: "bench".into(),
-                workspace: workspace.display().to_string(),
-                attended: false,
-                compaction: None,
-            })
-            .await?;
-        ids.push(info.id);
-    }
-    Ok(ids)
-}
-
 /// Runs `turns` turns in each session, all sessions at once, and returns
 /// each turn's time as the caller sees it: from `start_turn` to the
 /// `turn_finished` event. With one session they come in order.
@@ -209,7 +192,7 @@ async fn turns_report(provider_url: &str, state: &Path, sessions: usize, turns: 
     let workspace = scratch.path().join("workspace");
     std::fs::create_dir_all(&workspace)?;
     let runtime = open(state, provider_url, scratch.path()).await?;
-    let ids = create_sessions(&runtime, sessions, &workspace).await?;
+    let ids = crate::create_sessions(&runtime, "bench", sessions, &workspace).await?;
     drive(&runtime, &ids, 1).await?;
     runtime.metrics().take_timings();
     runtime.metrics().sample_timings(true);
@@ -252,7 +235,7 @@ async fn prepare(provider_url: &str, hang_url: &str, state: &Path, sessions: usi
     let clock = Instant::now();
     let ids = {
         let runtime = open(state, provider_url, scratch.path()).await?;
-        let ids = create_sessions(&runtime, sessions, &workspace).await?;
+        let ids = crate::create_sessions(&runtime, "bench", sessions, &workspace).await?;
         for chunk in ids.chunks(1000) {
             drive(&runtime, chunk, 1).await?;
         }
