@@ -9,6 +9,7 @@
 //! [`policy`] decides, the same pure way, whether a tool call runs, waits
 //! for a person, or is refused.
 
+pub mod call_ids;
 pub mod compaction;
 pub mod policy;
 pub mod recovery;
