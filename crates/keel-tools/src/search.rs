@@ -3,11 +3,33 @@
 //!
 //! `edit_file` refuses an `old_text` that is absent or ambiguous (unless
 //! `replace_all`), so a model never edits a place it did not mean. `glob`
-//! and `grep` walk the workspace without following symbolic links, skip
-//! `.git`, and stop at a result cap with a note saying so.
+//! and `grep` stop at a result cap with a note saying so.
+//!
+//! `glob` and `grep` walk with the `ignore` crate, as ripgrep does:
+//! - `.gitignore` and `.ignore` files inside the workspace are honoured, at
+//!   every level, whether or not the workspace is a git repository (a
+//!   `.ignore` rule wins over a `.gitignore` one in the same folder). No
+//!   ignore file outside the workspace is read: not git's global excludes,
+//!   not `.git/info/exclude`, not a parent folder's `.gitignore`. They are
+//!   registered as custom ignore file names because the crate's git options
+//!   probe every ancestor folder up to `/` even when parents are off.
+//! - [`SKIPPED_FOLDERS`] (version-control metadata, `node_modules`) are
+//!   skipped even when no ignore file names them.
+//! - Hidden files are searched, as before (only `.git` was skipped):
+//!   `.github/`, `.env.example` and the like are often what the model is
+//!   looking for.
+//! - Symbolic links are not followed, and the walk starts at the canonical
+//!   workspace, so it cannot leave it; a folder the model names is first
+//!   resolved by [`crate::workspace::resolve`].
+//! - What the model names explicitly is searched even if ignored, like
+//!   `rg PATTERN build/`: `grep` on an ignored file or folder, and `glob`
+//!   with a pattern that starts inside one (`node_modules/foo/*.js`) or has
+//!   no wildcard at all. Ignore rules still apply below a named folder, but
+//!   those of the folders above it do not.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use ignore::{DirEntry, WalkBuilder};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -18,6 +40,9 @@ use crate::{BoxFuture, Tool, ToolContext, ToolDescriptor, ToolOutput};
 pub const MATCH_LIMIT: usize = 500;
 /// Files larger than this are skipped by `grep`.
 pub const GREP_FILE_LIMIT: u64 = 4 * 1024 * 1024;
+/// Folders `glob` and `grep` never enter unless named: huge, and never what
+/// the model is after.
+pub const SKIPPED_FOLDERS: [&str; 4] = [".git", ".hg", ".svn", "node_modules"];
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -125,10 +150,35 @@ impl Tool for Glob {
             if pattern.iter().any(|part| part == "..") || args.pattern.starts_with('/') {
                 return ToolOutput::error("the pattern must stay inside the workspace: no leading / and no ..");
             }
-            let root = context.workspace.clone();
+            let root = match context.workspace.canonicalize() {
+                Ok(root) => root,
+                Err(e) => return ToolOutput::error(format!("the workspace cannot be opened: {e}")),
+            };
+            let wild = |part: &String| part.contains(['*', '?']);
+            // The folders the pattern names before its first wildcard: the
+            // walk starts there, and they are searched even if ignored.
+            let literal = pattern.iter().take_while(|part| !wild(part)).count().min(pattern.len() - 1);
+            let named = match pattern[..literal].join("/") {
+                prefix if prefix.is_empty() => root.clone(),
+                prefix => match crate::workspace::resolve(&root, &prefix) {
+                    Ok(named) => named,
+                    Err(e) => return ToolOutput::error(e.to_string()),
+                },
+            };
+            let exact = !pattern.iter().any(wild);
             let found = tokio::task::spawn_blocking(move || {
                 let mut found = Vec::new();
-                walk(&root, &root, &mut |relative, _| {
+                if exact {
+                    // No wildcard: the path itself, ignored or not, if it is a file.
+                    let file = named.join(&pattern[pattern.len() - 1]);
+                    if file.symlink_metadata().is_ok_and(|m| m.is_file())
+                        && let Ok(relative) = file.strip_prefix(&root)
+                    {
+                        found.push(relative.to_string_lossy().replace('\\', "/"));
+                    }
+                    return found;
+                }
+                walk(&root, &named, &mut |relative, _| {
                     let parts: Vec<&str> = relative.split('/').collect();
                     if glob_match(&pattern, &parts) {
                         found.push(relative.to_string());
@@ -241,29 +291,59 @@ fn listing(mut found: Vec<String>, what: &str) -> ToolOutput {
     ToolOutput::ok(found.join("\n"))
 }
 
-/// Visits every regular file under `dir` (no symlinks, no `.git`), with its
-/// path relative to `root`, until `visit` returns false.
-fn walk(root: &Path, dir: &Path, visit: &mut dyn FnMut(&str, &Path) -> bool) -> bool {
-    let Ok(entries) = std::fs::read_dir(dir) else { return true };
-    let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    entries.sort();
-    for path in entries {
-        let Ok(meta) = path.symlink_metadata() else { continue };
-        if meta.file_type().is_symlink() || path.file_name().is_some_and(|n| n == ".git") {
-            continue;
+/// Visits every regular file under `start` (a folder in the canonical
+/// workspace `root`), with its path relative to `root`, until `visit`
+/// returns false; see the module docs for what is skipped.
+fn walk(root: &Path, start: &Path, visit: &mut dyn FnMut(&str, &Path) -> bool) {
+    // From the root, so the ignore files of the folders above `start` apply;
+    // only the way down to `start` and what lies below it is entered.
+    let mut reached = start == root;
+    let target = start.to_path_buf();
+    let on_the_way = move |entry: &DirEntry| entry.path().starts_with(&target) || target.starts_with(entry.path());
+    for entry in walker(root, on_the_way).flatten() {
+        if entry.path() == start && entry.file_type().is_some_and(|t| t.is_dir()) {
+            reached = true;
         }
-        if meta.is_dir() {
-            if !walk(root, &path, visit) {
-                return false;
-            }
-        } else if meta.is_file() {
-            let relative = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().replace('\\', "/");
-            if !visit(&relative, &path) {
-                return false;
+        if !visit_file(root, &entry, visit) {
+            return;
+        }
+    }
+    if !reached {
+        // `start` is ignored (or is a link to a folder in the workspace):
+        // named explicitly, it is searched anyway.
+        for entry in walker(start, |_| true).flatten() {
+            if !visit_file(root, &entry, visit) {
+                return;
             }
         }
     }
-    true
+}
+
+/// The walk from `top` (which is always entered), into what `keep` accepts.
+fn walker(top: &Path, keep: impl Fn(&DirEntry) -> bool + Send + Sync + 'static) -> ignore::Walk {
+    WalkBuilder::new(top)
+        // Off: hidden-file skipping, parent folders' ignore files, git's
+        // global and repository excludes. On again: the two ignore files.
+        .standard_filters(false)
+        .add_custom_ignore_filename(".gitignore")
+        .add_custom_ignore_filename(".ignore")
+        // A no-op with the git options off; stated for the reader: a
+        // workspace need not be a repository for its .gitignore to count.
+        .require_git(false)
+        .follow_links(false)
+        .sort_by_file_name(|a, b| a.cmp(b))
+        .filter_entry(move |entry| !SKIPPED_FOLDERS.iter().any(|name| entry.file_name() == *name) && keep(entry))
+        .build()
+}
+
+/// Calls `visit` if `entry` is a regular file (not a link); false to stop.
+fn visit_file(root: &Path, entry: &DirEntry, visit: &mut dyn FnMut(&str, &Path) -> bool) -> bool {
+    if !entry.file_type().is_some_and(|t| t.is_file()) {
+        return true;
+    }
+    let path = entry.path();
+    let relative = path.strip_prefix(root).unwrap_or(path).to_string_lossy().replace('\\', "/");
+    visit(&relative, path)
 }
 
 /// Matches path parts against pattern parts; `**` matches zero or more parts.
