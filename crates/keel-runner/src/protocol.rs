@@ -43,7 +43,11 @@ pub struct Confinement {
     /// `isolated` (own network namespace, no interfaces) or `allowed`.
     pub network: String,
     /// `pid-namespace`: each command runs as the init of its own PID
-    /// namespace, so the whole tree dies with it.
+    /// namespace, so the whole tree dies with it. Then what caps processes
+    /// ([`crate::sandbox::ProcessCaps`]): `+pid_max:<n>` (at most `n` per
+    /// command), `+rlimit:<n>` (at most `n` for the runner's threads and
+    /// all its commands together), or `+uncapped` (only the timeout stops
+    /// a fork bomb).
     pub processes: String,
     /// `clean`: only the policy's variables.
     pub environment: String,

@@ -10,8 +10,8 @@
 //!    that is down, so every connection fails, loopback included. The
 //!    runner is root of its user namespace, which owns nothing but that
 //!    network namespace; it gains no power over the host.
-//! 3. Resource limits: no core dumps, a cap on processes (counted per user
-//!    namespace, so a fork bomb hits it) and on file size.
+//! 3. Resource limits: no core dumps, a cap on file size, and
+//!    `RLIMIT_NPROC` (see below for when it binds).
 //! 4. Landlock ([`ruleset`]), at the best ABI the kernel offers: the workspace, the
 //!    policy's write folders and the scratch folder read-write; the policy's
 //!    read folders and the system folders read-only; a few devices; nothing
@@ -31,12 +31,41 @@
 //! Each command then runs through [`run_init`]: a small process that puts
 //! the command in a new PID namespace, where it is init. Killing it (or its
 //! parent dying) kills the whole tree, however it forked. Before the
-//! command starts, its namespace's `pid_max` is set to the policy's process
-//! cap (per-namespace `pid_max` needs Linux 6.14; on older kernels the
-//! `RLIMIT_NPROC` above does the job, except for a keel running as root,
-//! which that limit does not bind), and it loses every capability for good
-//! (`SECBIT_NOROOT` and an empty bounding set), so it can neither raise
-//! the cap nor use its user namespace's root.
+//! command starts it loses every capability for good (`SECBIT_NOROOT` and
+//! an empty bounding set), so it can neither raise a cap nor use its user
+//! namespace's root.
+//!
+//! ## What caps a command's processes ([`ProcessCaps`])
+//!
+//! - On Linux 6.14 and newer, the namespace's `pid_max`, set by the init
+//!   before the command starts: the command and everything it starts hold
+//!   at most `max(max_processes, 300)` processes at once (the kernel's
+//!   smallest `pid_max` is 301). If that write fails the command is not run.
+//! - `RLIMIT_NPROC`, set on the runner and inherited by its commands. The
+//!   kernel counts it per user and user namespace, so it covers the runner's
+//!   own threads and all its commands together. `copy_process` does not
+//!   apply it to a process whose real uid is the host's root, in whatever
+//!   user namespace (the other exemption, capabilities in the host's user
+//!   namespace, no runner has). So for a keel running as root it caps
+//!   nothing, and mapping commands to another user is no way out: they
+//!   could no longer write a workspace that root owns.
+//!
+//! The runner reports what is in force, in [`Confinement::processes`]:
+//! `pid-namespace+pid_max:300`, `pid-namespace+rlimit:64`, both, or
+//! `pid-namespace+uncapped`: root on a kernel before 6.14, or a runner
+//! started inside another user namespace, which cannot tell whose uid it
+//! has on the host and so claims no `RLIMIT_NPROC` cap. Uncapped, a fork
+//! bomb runs until the call's timeout, and dies whole with its namespace.
+//!
+//! [`FORCE_NPROC_FALLBACK`] set to `1` in the runner's environment skips
+//! `pid_max`, so that the older kernels' path can be tested and diagnosed on
+//! a new one. It only ever removes a cap, and the report says so.
+//!
+//! The attacks, in `tests/sandbox.rs`: a bounded probe counts the
+//! processes a command gets against the report, natively and under the
+//! forced fallback, as root and as an unprivileged user; a fork bomb then
+//! runs wherever the probe saw a cap hold, and must end, leave nothing and
+//! leave the runner serving.
 
 #![allow(unsafe_code)]
 
@@ -53,13 +82,17 @@ use landlock::{
 
 use crate::protocol::{Confinement, SandboxPolicy};
 
-/// Folders every command needs to read (programs, libraries, their
-/// configuration); those that do not exist are skipped.
 /// The per-namespace process cap, written by each command's init helper.
 const PID_MAX: &str = "/proc/sys/kernel/pid_max";
 /// The smallest `pid_max` the kernel accepts.
 const PID_MAX_MIN: u64 = 301;
 
+/// A test and diagnostic knob: `1` in the runner's environment makes it cap
+/// processes as on kernels before 6.14 (no `pid_max`, `RLIMIT_NPROC` only).
+pub const FORCE_NPROC_FALLBACK: &str = "KEEL_RUNNER_FORCE_NPROC_FALLBACK";
+
+/// Folders every command needs to read (programs, libraries, their
+/// configuration); those that do not exist are skipped.
 pub const SYSTEM_READ: &[&str] =
     &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc"];
 /// Devices commands may read and write.
@@ -69,22 +102,82 @@ fn errno(what: &str) -> String {
     format!("{what}: {}", io::Error::last_os_error())
 }
 
+/// The caps in force on a runner's processes (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessCaps {
+    /// Processes each command may hold at once, by its namespace's
+    /// `pid_max` (which is one more).
+    pub per_command: Option<u64>,
+    /// Processes and threads the runner and its commands may hold together,
+    /// by `RLIMIT_NPROC`; `None` where the kernel does not enforce it.
+    pub per_runner: Option<u64>,
+}
+
+impl ProcessCaps {
+    /// The caps for `max_processes`, decided before the runner leaves its
+    /// user namespace.
+    fn decide(max_processes: u64) -> ProcessCaps {
+        let forced = std::env::var(FORCE_NPROC_FALLBACK).is_ok_and(|v| v == "1");
+        let per_command = (!forced && pid_max_per_namespace()).then(|| max_processes.max(PID_MAX_MIN - 1));
+        // SAFETY: getuid takes no arguments and cannot fail.
+        let uid = unsafe { libc::getuid() };
+        let user_ns = std::fs::read_link("/proc/self/ns/user").unwrap_or_default();
+        let per_runner = nproc_binds(uid, &user_ns.to_string_lossy()).then_some(max_processes);
+        ProcessCaps { per_command, per_runner }
+    }
+
+    /// The `pid_max` each command's namespace gets.
+    pub fn pid_max(&self) -> Option<u64> {
+        self.per_command.map(|n| n.saturating_add(1))
+    }
+
+    /// How [`Confinement::processes`] reports them.
+    pub fn describe(&self) -> String {
+        let mut text = String::from("pid-namespace");
+        if let Some(n) = self.per_command {
+            text.push_str(&format!("+pid_max:{n}"));
+        }
+        if let Some(n) = self.per_runner {
+            text.push_str(&format!("+rlimit:{n}"));
+        }
+        if self.per_command.is_none() && self.per_runner.is_none() {
+            text.push_str("+uncapped");
+        }
+        text
+    }
+}
+
+/// `/proc/self/ns/user` in the host's user namespace (the kernel's
+/// `PROC_USER_INIT_INO`).
+const INITIAL_USER_NS: &str = "user:[4026531837]";
+
+/// Whether `RLIMIT_NPROC` binds a process of `uid` in the user namespace
+/// `user_ns` (the target of `/proc/self/ns/user`). The kernel exempts the
+/// host's root only, but from inside another user namespace (a rootless
+/// container, say) a process cannot tell whose uid it is on the host: the
+/// answer is then no, so the report never claims a cap it cannot vouch for.
+fn nproc_binds(uid: u32, user_ns: &str) -> bool {
+    uid != 0 && user_ns == INITIAL_USER_NS
+}
+
 /// Confines the calling process as `policy` says (everything but
 /// Landlock). Must run before any thread is started.
-pub fn confine_process(policy: &SandboxPolicy) -> Result<Confinement, String> {
+pub fn confine_process(policy: &SandboxPolicy) -> Result<(Confinement, ProcessCaps), String> {
     // SAFETY: prctl with integer arguments has no memory effects.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(errno("cannot set no_new_privs"));
     }
+    let caps = ProcessCaps::decide(policy.shell.max_processes);
     namespaces(policy.network)?;
     limits(policy)?;
     die_with_keel()?;
-    Ok(Confinement {
+    let confinement = Confinement {
         filesystem: String::new(),
         network: if policy.network { "allowed" } else { "isolated" }.into(),
-        processes: if pid_max_per_namespace() { "pid-namespace+pid_max" } else { "pid-namespace+rlimit" }.into(),
+        processes: caps.describe(),
         environment: "clean".into(),
-    })
+    };
+    Ok((confinement, caps))
 }
 
 /// The runner dies with SIGKILL when keel does (and its commands with it):
@@ -247,19 +340,23 @@ fn pid_max_per_namespace() -> bool {
     (major, minor) >= (6, 14)
 }
 
-/// The init helper: `<exe> __keel-runner-init <ruleset-fd>
-/// <max-processes> <program> <args...>`. Runs the program as the init of a
-/// new PID namespace capped at `max-processes`, under the Landlock ruleset,
-/// without capabilities; waits for it, and exits with its status (128 +
-/// signal when it was killed).
+/// The init helper: `<exe> __keel-runner-init <ruleset-fd> <pid-max|->
+/// <program> <args...>`. Runs the program as the init of a new PID
+/// namespace whose `pid_max` it sets (`-`: left as it is), under the
+/// Landlock ruleset, without capabilities; waits for it, and exits with its
+/// status (128 + signal when it was killed).
 pub fn run_init(args: &[String]) -> ! {
-    let (Some(ruleset), Some(cap), Some(program)) =
-        (args.first().and_then(|fd| fd.parse::<RawFd>().ok()), args.get(1), args.get(2))
+    let pid_max = match args.get(1).map(String::as_str) {
+        Some("-") => Some(None),
+        Some(n) => n.parse::<u64>().ok().map(|n| Some(n.max(PID_MAX_MIN).to_string())),
+        None => None,
+    };
+    let (Some(ruleset), Some(pid_max), Some(program)) =
+        (args.first().and_then(|fd| fd.parse::<RawFd>().ok()), pid_max, args.get(2))
     else {
-        eprintln!("keel runner init: usage: __keel-runner-init <ruleset-fd> <max-processes> <program> [args...]");
+        eprintln!("keel runner init: usage: __keel-runner-init <ruleset-fd> <pid-max|-> <program> [args...]");
         std::process::exit(125);
     };
-    let pid_max = cap.parse::<u64>().unwrap_or(PID_MAX_MIN).saturating_add(1).max(PID_MAX_MIN).to_string();
     // SAFETY: unshare takes flags only; this process is single-threaded.
     if unsafe { libc::unshare(libc::CLONE_NEWPID) } != 0 {
         eprintln!("keel runner init: {}", errno("cannot create a PID namespace"));
@@ -268,6 +365,7 @@ pub fn run_init(args: &[String]) -> ! {
     let mut command = std::process::Command::new(program);
     command.args(&args[3..]);
     let path = CString::new(PID_MAX).unwrap_or_default();
+    let refused = format!("keel runner init: cannot set the command's process cap ({PID_MAX}); it was not run\n");
     // SAFETY: the closure runs between fork and exec in the namespace's
     // init and calls only async-signal-safe functions (prctl, open, write,
     // close, landlock_restrict_self) on memory prepared before the fork. This process is
@@ -279,12 +377,18 @@ pub fn run_init(args: &[String]) -> ! {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
-            // Best effort: kernels before 6.14 refuse, and RLIMIT_NPROC
-            // stands in.
-            let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-            if fd >= 0 {
-                libc::write(fd, pid_max.as_ptr().cast(), pid_max.len());
-                libc::close(fd);
+            if let Some(pid_max) = &pid_max {
+                // The runner reported this cap: without it, nothing runs.
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                let written = if fd >= 0 { libc::write(fd, pid_max.as_ptr().cast(), pid_max.len()) } else { -1 };
+                let error = io::Error::last_os_error();
+                if fd >= 0 {
+                    libc::close(fd);
+                }
+                if usize::try_from(written).ok() != Some(pid_max.len()) {
+                    libc::write(2, refused.as_ptr().cast(), refused.len());
+                    return Err(error);
+                }
             }
             if libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0) != 0 {
                 return Err(io::Error::last_os_error());
@@ -343,5 +447,38 @@ pub fn kill(pid: u32) {
     // SAFETY: kill with integer arguments.
     unsafe {
         libc::kill(pid, libc::SIGKILL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rlimit_nproc_is_reported_only_where_it_provably_binds() {
+        let nested = "user:[4026532178]";
+        for (uid, user_ns, binds) in [
+            (1000, INITIAL_USER_NS, true), // a host user
+            (0, INITIAL_USER_NS, false),   // the host's root: exempt
+            (1000, nested, false),         // cannot tell who that is on the host
+            (0, nested, false),
+            (1000, "", false), // the link could not be read
+        ] {
+            assert_eq!(nproc_binds(uid, user_ns), binds, "uid {uid} in {user_ns:?}");
+        }
+    }
+
+    #[test]
+    fn the_report_names_every_cap_in_force_or_none() {
+        for (per_command, per_runner, report, pid_max) in [
+            (Some(300), None, "pid-namespace+pid_max:300", Some(301)),
+            (Some(512), Some(512), "pid-namespace+pid_max:512+rlimit:512", Some(513)),
+            (None, Some(64), "pid-namespace+rlimit:64", None),
+            (None, None, "pid-namespace+uncapped", None),
+        ] {
+            let caps = ProcessCaps { per_command, per_runner };
+            assert_eq!(caps.describe(), report);
+            assert_eq!(caps.pid_max(), pid_max);
+        }
     }
 }

@@ -1,5 +1,9 @@
 //! The runner process: read the policy, confine, then answer tool calls
 //! one at a time until stdin ends.
+//!
+//! A reason the runner cannot serve goes to keel in the hello line, and
+//! keel returns it with the call; stderr gets it only when keel cannot be
+//! told, so each failure is said once, by whoever handles it.
 
 use std::io::{BufRead, Write};
 use std::sync::{Arc, mpsc};
@@ -17,11 +21,41 @@ fn say(out: &mut impl Write, line: &impl serde::Serialize) -> std::io::Result<()
     out.flush()
 }
 
+/// Why a runner stopped before stdin ended.
+enum Stop {
+    /// Keel was told, in the [`Hello::Failed`] line; it returns the reason
+    /// with the call, so printing it too would say it twice.
+    Reported,
+    /// Keel could not be told: stderr is the only place left.
+    Unreported(String),
+}
+
+impl From<String> for Stop {
+    fn from(message: String) -> Stop {
+        Stop::Unreported(message)
+    }
+}
+
+impl From<&str> for Stop {
+    fn from(message: &str) -> Stop {
+        Stop::Unreported(message.to_string())
+    }
+}
+
+/// Tells keel why the runner cannot serve, falling back to stderr.
+fn refuse(output: &mut impl Write, reason: String) -> Stop {
+    match say(output, &Hello::Failed(reason.clone())) {
+        Ok(()) => Stop::Reported,
+        Err(_) => Stop::Unreported(reason),
+    }
+}
+
 /// The runner's main; never returns.
 pub fn serve() -> ! {
     let code = match run() {
         Ok(()) => 0,
-        Err(message) => {
+        Err(Stop::Reported) => 3,
+        Err(Stop::Unreported(message)) => {
             eprintln!("keel runner: {message}");
             3
         }
@@ -32,7 +66,7 @@ pub fn serve() -> ! {
 /// A file-tool call for the worker thread, and where to answer.
 type Job = (String, serde_json::Value, mpsc::SyncSender<ToolOutput>);
 
-fn run() -> Result<(), String> {
+fn run() -> Result<(), Stop> {
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
     let mut output = std::io::stdout().lock();
@@ -40,39 +74,36 @@ fn run() -> Result<(), String> {
     input.read_line(&mut line).map_err(|e| format!("cannot read the policy: {e}"))?;
     let policy: SandboxPolicy = serde_json::from_str(&line).map_err(|e| format!("the policy is not valid: {e}"))?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the runner's executable: {e}"))?;
-    let prepared = sandbox::confine_process(&policy).and_then(|confinement| {
+    let prepared = sandbox::confine_process(&policy).and_then(|(confinement, caps)| {
         let (ruleset, for_commands) = sandbox::ruleset(&policy, &exe)?;
-        Ok((confinement, ruleset, for_commands))
+        Ok((confinement, caps, ruleset, for_commands))
     });
-    let (mut confinement, ruleset, for_commands) = match prepared {
+    let (mut confinement, caps, ruleset, for_commands) = match prepared {
         Ok(prepared) => prepared,
-        Err(reason) => {
-            let _ = say(&mut output, &Hello::Failed(reason.clone()));
-            return Err(reason);
-        }
+        Err(reason) => return Err(refuse(&mut output, reason)),
     };
-    std::env::set_current_dir(&policy.workspace).map_err(|e| format!("cannot enter the workspace: {e}"))?;
+    if let Err(e) = std::env::set_current_dir(&policy.workspace) {
+        return Err(refuse(&mut output, format!("cannot enter the workspace: {e}")));
+    }
     // The file tools' thread confines itself before it takes any request.
     let (jobs, abi) = match file_worker(&policy, ruleset) {
         Ok(started) => started,
-        Err(reason) => {
-            let _ = say(&mut output, &Hello::Failed(reason.clone()));
-            return Err(reason);
-        }
+        Err(reason) => return Err(refuse(&mut output, reason)),
     };
     confinement.filesystem = format!("landlock-v{abi}");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runner's runtime: {e}"))?;
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => return Err(refuse(&mut output, format!("cannot start the runner's runtime: {e}"))),
+    };
     say(&mut output, &Hello::Ready(confinement)).map_err(|e| e.to_string())?;
-    let commands = shell::Commands { exe, ruleset: for_commands, limits: policy.shell.clone() };
+    let commands =
+        shell::Commands { exe, ruleset: for_commands, limits: policy.shell.clone(), pid_max: caps.pid_max() };
     loop {
         line.clear();
         match input.read_line(&mut line) {
             Ok(0) => return Ok(()),
             Ok(_) => {}
-            Err(e) => return Err(format!("cannot read a request: {e}")),
+            Err(e) => return Err(format!("cannot read a request: {e}").into()),
         }
         let request: Request = serde_json::from_str(&line).map_err(|e| format!("a request is not valid: {e}"))?;
         let result = if request.tool == "shell.run" {

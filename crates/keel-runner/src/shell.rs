@@ -46,6 +46,9 @@ pub struct Commands {
     /// The Landlock ruleset every command enforces before it executes.
     pub ruleset: OwnedFd,
     pub limits: ShellLimits,
+    /// The `pid_max` each command's namespace gets, where the kernel keeps
+    /// one per namespace ([`sandbox::ProcessCaps::pid_max`]).
+    pub pid_max: Option<u64>,
 }
 
 impl Commands {
@@ -74,7 +77,7 @@ async fn run(commands: &Commands, workspace: &Path, arguments: Value) -> ToolOut
     command
         .arg(crate::INIT_ARG)
         .arg(commands.ruleset.as_raw_fd().to_string())
-        .arg(limits.max_processes.to_string())
+        .arg(commands.pid_max.map_or_else(|| "-".to_string(), |n| n.to_string()))
         .arg("/bin/sh")
         .arg("-c")
         .arg(&args.command)

@@ -181,8 +181,6 @@ async fn commands_see_only_the_policy_environment_and_not_keels() {
     assert_ne!(out["exit_code"], 0, "{out}");
 }
 
-/// Processes whose command line holds `marker`, after giving the kernel up
-/// to 5 s to finish killing a tree.
 /// Whether this test process runs as root (from /proc, no FFI).
 fn running_as_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
@@ -192,6 +190,8 @@ fn running_as_root() -> bool {
         .is_some_and(|l| l.split_whitespace().nth(1) == Some("0"))
 }
 
+/// Processes whose command line holds `marker`, after giving the kernel up
+/// to 5 s to finish killing a tree.
 fn leftovers(marker: &str) -> usize {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -215,28 +215,238 @@ fn count(marker: &str) -> usize {
     n
 }
 
+/// The unprivileged user a root test hands its runner to.
+const NOBODY: u32 = 65534;
+
+impl Setup {
+    /// A setup whose runner does not run as the host's root, so that
+    /// `RLIMIT_NPROC` binds it: when this test runs as root the runner is
+    /// started as `nobody` (through util-linux's `setpriv`), and the test's
+    /// folders are handed to that user.
+    fn unprivileged() -> Setup {
+        let mut s = Setup::new();
+        if !running_as_root() {
+            return s;
+        }
+        std::fs::create_dir_all(s.path("scratch")).unwrap();
+        let mut exe = PathBuf::from(env!("CARGO_BIN_EXE_keel-runner"));
+        if !others_can_run(&exe) {
+            let copy = s.path("bin/keel-runner");
+            std::fs::create_dir_all(s.path("bin")).unwrap();
+            std::fs::copy(&exe, &copy).unwrap();
+            exe = copy;
+        }
+        chown_tree(s.dir.path());
+        let program = PathBuf::from("/usr/bin/setpriv");
+        assert!(program.exists(), "testing as an unprivileged user needs setpriv (util-linux)");
+        let args = ["--reuid=65534", "--regid=65534", "--clear-groups"].map(String::from);
+        let mut args = args.to_vec();
+        args.extend([exe.display().to_string(), keel_runner::RUNNER_ARG.into()]);
+        s.pool = RunnerPool::new(RunnerCommand { program, args }, Duration::from_secs(30));
+        s
+    }
+}
+
+fn chown_tree(path: &Path) {
+    std::os::unix::fs::lchown(path, Some(NOBODY), Some(NOBODY)).unwrap();
+    if std::fs::symlink_metadata(path).unwrap().is_dir() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            chown_tree(&entry.unwrap().path());
+        }
+    }
+}
+
+/// Whether any user may execute `exe` (every folder above it searchable).
+fn others_can_run(exe: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).map(|m| m.permissions().mode()).unwrap_or(0);
+    mode(exe) & 0o005 == 0o005 && exe.ancestors().skip(1).all(|dir| mode(dir) & 0o001 != 0)
+}
+
+/// What a runner's confinement report says caps its commands' processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Caps {
+    /// `pid_max:<n>`: at most n processes per command.
+    per_command: Option<u64>,
+    /// `rlimit:<n>`: at most n processes and threads for the runner and its
+    /// commands together.
+    per_runner: Option<u64>,
+}
+
+impl Caps {
+    fn from_report(report: &str) -> Caps {
+        let mut parts = report.split('+');
+        assert_eq!(parts.next(), Some("pid-namespace"), "{report}");
+        let mut caps = Caps { per_command: None, per_runner: None };
+        let mut uncapped = false;
+        for part in parts {
+            match part.split_once(':') {
+                Some(("pid_max", n)) => caps.per_command = Some(n.parse().unwrap()),
+                Some(("rlimit", n)) => caps.per_runner = Some(n.parse().unwrap()),
+                _ if part == "uncapped" => uncapped = true,
+                _ => panic!("unknown part {part:?} of {report:?}"),
+            }
+        }
+        assert_eq!(uncapped, !caps.any(), "{report}");
+        caps
+    }
+
+    fn any(&self) -> bool {
+        self.per_command.is_some() || self.per_runner.is_some()
+    }
+}
+
+/// Whether the kernel refused a fork (dash: "Cannot fork"; bash: "fork:
+/// Resource temporarily unavailable"), not merely the word "fork" in an
+/// echo of the command.
+fn refused_a_fork(out: &Value) -> bool {
+    let err = stderr(out).to_lowercase();
+    err.contains("cannot fork") || err.contains("resource temporarily unavailable")
+}
+
+/// A bounded probe: starts up to `n` sleepers one at a time, printing how
+/// many have started after each; the first refused fork ends the shell
+/// (exit code 2). However the cap behaves, it holds at most `n` + 1
+/// processes, all dead once the shell ends. The sleep's length, `60.<tag>`,
+/// marks the sleepers in /proc.
+fn sleepers(n: u64, tag: &str) -> String {
+    format!("i=0; while [ $i -lt {n} ]; do sleep 60.{tag} & i=$((i+1)); echo $i; done; echo all started")
+}
+
+/// How many sleepers [`sleepers`] started.
+fn started(out: &Value) -> u64 {
+    let stdout = out["stdout"].as_str().unwrap_or_default();
+    stdout.lines().filter_map(|l| l.parse().ok()).next_back().unwrap_or(0)
+}
+
+/// Runs [`sleepers`] (`n` more than any reported cap) and asserts the
+/// report is true: a command got at most the processes the report allows,
+/// exactly as many where `pid_max` alone caps it, and all `n` where the
+/// report says nothing caps it.
+async fn assert_report_is_true(s: &Setup, policy: &SandboxPolicy, caps: Caps, tag: &str) {
+    let n = caps.per_command.max(caps.per_runner).unwrap_or(policy.shell.max_processes) + 20;
+    let out = s.shell_with(policy, &sleepers(n, tag)).await;
+    let got = started(&out);
+    if !caps.any() {
+        // Uncapped means uncapped: nothing refused any of the n forks.
+        assert_eq!(got, n, "{caps:?}: {out}");
+        assert!(out["stdout"].as_str().unwrap().ends_with("all started\n") && out["exit_code"] == 0, "{out}");
+    } else {
+        assert!(got > 0 && refused_a_fork(&out), "some sleepers started, then a fork was refused: {out}");
+    }
+    // The shell is one process; the sleepers are the rest.
+    if let Some(cap) = caps.per_command {
+        assert!(got < cap, "{caps:?}: {got} sleepers and the shell");
+        if caps.per_runner.is_none() {
+            assert_eq!(got + 1, cap, "{caps:?}: the cap is the one reported, not another");
+        }
+    }
+    // RLIMIT_NPROC also counts the init helper and the runner's threads.
+    if let Some(cap) = caps.per_runner {
+        assert!(got + 2 < cap, "{caps:?}: {got} sleepers, the shell and its init");
+    }
+    assert_eq!(leftovers(&format!("60.{tag}")), 0, "every sleeper died with the shell");
+}
+
+/// Runs a fork bomb twice (ending each way a capped bomb can end) and
+/// asserts what holds either way: forks were refused at the cap, the call
+/// returned well within a bound, nothing of the bomb is left, and the same
+/// runner serves the next command. A bounded probe goes first: the bomb
+/// runs only under a cap seen to hold, never on a report's word alone.
+/// `60.<tag>`, a sleep length, marks every process of the bomb in /proc:
+/// the shells' command lines hold it, as do the sleeps'.
+async fn assert_bomb_contained(s: &Setup, policy: &SandboxPolicy, tag: &str) {
+    let reply = s.call(policy, "shell.run", json!({"command": "readlink /proc/self/ns/user"})).await;
+    let caps = Caps::from_report(&reply.confinement.processes);
+    assert!(caps.any(), "never run a bomb uncapped: {:?}", reply.confinement);
+    assert_report_is_true(s, policy, caps, tag).await;
+    // The runner's user namespace: another runner would have another one.
+    let runner: Value = serde_json::from_str(&reply.text).unwrap();
+    assert!(runner["stdout"].as_str().unwrap().starts_with("user:["), "{runner}");
+    let mark = format!("60.{tag}");
+    for (ending, command) in [
+        // Usually stopped by the timeout or the output cap, but the shell
+        // exits ("Cannot fork", code 2) if the bomb fills the cap before
+        // the shell forks its sleep.
+        ("then sleeps", format!("bomb() {{ bomb | bomb & }}; bomb; sleep {mark}")),
+        // The shell fills the cap itself, so it gives up well before the
+        // timeout: the ending the earlier assertion could not take.
+        ("then keeps forking", format!("bomb() {{ bomb | bomb & }}; bomb; while :; do sleep {mark} & done")),
+    ] {
+        let started = Instant::now();
+        let out = s.shell_with(policy, &command).await;
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(15), "{ending}: took {took:?}");
+        assert!(refused_a_fork(&out), "{ending}: forks were refused at the cap: {out}");
+        let stopped = out["note"].as_str().unwrap_or_default().contains("was stopped");
+        assert!(stopped || out["exit_code"] != 0, "{ending}: stopped, or the shell gave up: {out}");
+        assert_eq!(leftovers(&mark), 0, "{ending}: no process of the bomb is left");
+        let next = s.shell_with(policy, "readlink /proc/self/ns/user").await;
+        assert_eq!(next, runner, "{ending}: the same runner serves the next command");
+    }
+}
+
 #[tokio::test]
 async fn a_fork_bomb_is_contained_and_its_whole_tree_killed() {
-    let s = Setup::new();
+    let native = Setup::new();
+    let mut policy = native.policy();
+    policy.shell.timeout_secs = 3;
+    policy.shell.max_processes = 64;
+    let reply = native.call(&policy, "shell.run", json!({"command": "true"})).await;
+    let s = if Caps::from_report(&reply.confinement.processes).any() {
+        native
+    } else {
+        // Root before Linux 6.14: nothing caps this runner, and a bomb would
+        // starve the machine (`commands_get_no_more_processes_than_the_runner_reports`
+        // checks that the report is true). The bomb runs where RLIMIT_NPROC
+        // binds instead.
+        Setup::unprivileged()
+    };
     let mut policy = s.policy();
     policy.shell.timeout_secs = 3;
     policy.shell.max_processes = 64;
-    let probe = s.call(&policy, "shell.run", json!({"command": "true"})).await;
-    if probe.confinement.processes != "pid-namespace+pid_max" && running_as_root() {
-        // Without a per-namespace pid_max (Linux < 6.14) nothing caps a
-        // root-owned fork bomb but the timeout; running one would starve the
-        // machine's other tests. The runner reports the gap.
-        eprintln!("skipped: this kernel cannot cap a root command's processes ({})", probe.confinement.processes);
-        return;
+    assert_bomb_contained(&s, &policy, "0713").await;
+}
+
+#[tokio::test]
+async fn commands_get_no_more_processes_than_the_runner_reports() {
+    let s = Setup::new();
+    let mut policy = s.policy();
+    policy.shell.max_processes = 64;
+    let reply = s.call(&policy, "shell.run", json!({"command": "true"})).await;
+    let caps = Caps::from_report(&reply.confinement.processes);
+    assert_report_is_true(&s, &policy, caps, "2281").await;
+}
+
+#[tokio::test]
+async fn the_nproc_fallback_is_reported_truthfully_and_caps_an_unprivileged_runner() {
+    // The fallback of kernels before 6.14, forced: RLIMIT_NPROC only.
+    let in_host_user_ns = std::fs::read_link("/proc/self/ns/user").unwrap().to_string_lossy() == "user:[4026531837]";
+    for (who, s) in [("this user", Setup::new()), ("an unprivileged user", Setup::unprivileged())] {
+        let mut policy = s.policy();
+        policy.env.insert(keel_runner::sandbox::FORCE_NPROC_FALLBACK.into(), "1".into());
+        policy.shell.timeout_secs = 3;
+        policy.shell.max_processes = 16;
+        let reply = s.call(&policy, "shell.run", json!({"command": "true"})).await;
+        let report = reply.confinement.processes;
+        let caps = Caps::from_report(&report);
+        assert_eq!(caps.per_command, None, "{who}: the knob leaves pid_max alone: {report}");
+        // Where the runner can tell (the host's user namespace): the kernel
+        // exempts root from RLIMIT_NPROC, and no one else.
+        if in_host_user_ns {
+            let root = running_as_root() && who == "this user";
+            let expected = if root { "pid-namespace+uncapped" } else { "pid-namespace+rlimit:16" };
+            assert_eq!(report, expected, "{who}");
+        }
+        // A bounded probe checks the report either way; only a cap it saw
+        // hold is trusted with a real bomb.
+        let tag = if who == "this user" { "3301" } else { "3302" };
+        if caps.any() {
+            assert_bomb_contained(&s, &policy, tag).await;
+        } else {
+            assert_report_is_true(&s, &policy, caps, tag).await;
+        }
     }
-    let started = Instant::now();
-    let out = s.shell_with(&policy, "bomb() { bomb | bomb & }; bomb; sleep 60 # fork-bomb-marker-7f3a").await;
-    assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
-    // Stopped (by the timeout, or by the flood of fork errors passing the
-    // output cap), after the process cap made forks fail.
-    assert!(out["note"].as_str().unwrap_or_default().contains("was stopped"), "{out}");
-    assert!(stderr(&out).to_lowercase().contains("fork"), "{out}");
-    assert_eq!(leftovers("fork-bomb-marker-7f3a"), 0, "no process of the bomb is left");
 }
 
 #[tokio::test]
@@ -268,7 +478,11 @@ async fn endless_output_is_cut_and_a_timeout_kills_background_children() {
 async fn a_sandbox_that_cannot_be_set_up_fails_the_call_instead_of_running_it() {
     let s = Setup::new();
     // A user namespace where creating further user namespaces is refused by
-    // the kernel (the limit is per namespace).
+    // the kernel (the limit is per namespace). The runner runs in a
+    // background subshell that outlives the pool's kill of the shell, and
+    // its stderr goes to a file, so that all it says there is seen.
+    let runner_stderr = s.path("runner-stderr");
+    let runner_done = s.path("runner-done");
     let refusing = RunnerCommand {
         program: "/usr/bin/unshare".into(),
         args: vec![
@@ -276,8 +490,12 @@ async fn a_sandbox_that_cannot_be_set_up_fails_the_call_instead_of_running_it() 
             "--map-root-user".into(),
             "/bin/sh".into(),
             "-c".into(),
-            "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" __keel-runner".into(),
+            "echo 0 > /proc/sys/user/max_user_namespaces || exit 1; exec 3<&0; \
+             (\"$0\" __keel-runner <&3 3<&- 2>\"$1\"; touch \"$2\") &"
+                .into(),
             env!("CARGO_BIN_EXE_keel-runner").into(),
+            runner_stderr.display().to_string(),
+            runner_done.display().to_string(),
         ],
     };
     let pool = RunnerPool::new(refusing, Duration::from_secs(5));
@@ -287,6 +505,15 @@ async fn a_sandbox_that_cannot_be_set_up_fails_the_call_instead_of_running_it() 
     assert!(matches!(error, RunnerError::Confinement(_)), "{error}");
     assert!(error.to_string().contains("user namespace"), "{error}");
     assert!(!marker.exists(), "nothing ran");
+    // The reason reached keel, with the call; the runner did not also print
+    // it, unexplained, to the stderr it shares with keel.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !runner_done.exists() {
+        assert!(Instant::now() < deadline, "the runner never exited ({error})");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let printed = std::fs::read_to_string(&runner_stderr).unwrap();
+    assert_eq!(printed, "", "the runner's stderr, besides the error keel got: {error}");
 }
 
 #[tokio::test]
