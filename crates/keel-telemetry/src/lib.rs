@@ -21,7 +21,6 @@ mod error;
 mod exporter;
 mod ids;
 mod metrics;
-mod proto;
 mod span;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -6,8 +6,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, Histogram, HistogramDataPoint, Metric, NumberDataPoint, Sum, metric::Data,
+    number_data_point::Value,
+};
+
 use crate::encode::key_values;
-use crate::proto::{self, metric::Data, number_data_point::Value};
 use crate::{AttrValue, KeyValue, Result, TelemetryError};
 
 /// OTel's default explicit bucket boundaries.
@@ -100,20 +104,21 @@ impl MetricsStore {
     }
 
     /// Every series as OTLP metrics, cumulative from `start` to `now`.
-    pub fn snapshot(&self, start: u64, now: u64) -> Vec<proto::Metric> {
-        let cumulative = proto::AggregationTemporality::Cumulative.into();
-        let mut sums: BTreeMap<&str, Vec<proto::NumberDataPoint>> = BTreeMap::new();
+    pub fn snapshot(&self, start: u64, now: u64) -> Vec<Metric> {
+        let cumulative = AggregationTemporality::Cumulative.into();
+        let mut sums: BTreeMap<&str, Vec<NumberDataPoint>> = BTreeMap::new();
         for (key, total) in &self.counters {
-            sums.entry(key.name).or_default().push(proto::NumberDataPoint {
+            sums.entry(key.name).or_default().push(NumberDataPoint {
                 attributes: key_values(&key.attributes),
                 start_time_unix_nano: start,
                 time_unix_nano: now,
                 value: Some(Value::AsInt(i64::try_from(*total).unwrap_or(i64::MAX))),
+                ..NumberDataPoint::default()
             });
         }
-        let mut histograms: BTreeMap<&str, Vec<proto::HistogramDataPoint>> = BTreeMap::new();
+        let mut histograms: BTreeMap<&str, Vec<HistogramDataPoint>> = BTreeMap::new();
         for (key, series) in &self.histograms {
-            histograms.entry(key.name).or_default().push(proto::HistogramDataPoint {
+            histograms.entry(key.name).or_default().push(HistogramDataPoint {
                 attributes: key_values(&key.attributes),
                 start_time_unix_nano: start,
                 time_unix_nano: now,
@@ -123,22 +128,24 @@ impl MetricsStore {
                 explicit_bounds: series.boundaries.clone(),
                 min: Some(series.min),
                 max: Some(series.max),
+                ..HistogramDataPoint::default()
             });
         }
         let sums = sums.into_iter().map(|(name, data_points)| {
-            (name, Data::Sum(proto::Sum { data_points, aggregation_temporality: cumulative, is_monotonic: true }))
+            (name, Data::Sum(Sum { data_points, aggregation_temporality: cumulative, is_monotonic: true }))
         });
         let histograms = histograms.into_iter().map(|(name, data_points)| {
-            (name, Data::Histogram(proto::Histogram { data_points, aggregation_temporality: cumulative }))
+            (name, Data::Histogram(Histogram { data_points, aggregation_temporality: cumulative }))
         });
         sums.chain(histograms)
             .map(|(name, data)| {
                 let instrument = self.instruments.get(name);
-                proto::Metric {
+                Metric {
                     name: name.to_owned(),
                     description: instrument.map(|i| i.description).unwrap_or_default().to_owned(),
                     unit: instrument.map(|i| i.unit).unwrap_or_default().to_owned(),
                     data: Some(data),
+                    ..Metric::default()
                 }
             })
             .collect()
