@@ -55,7 +55,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 /// What a policy says about a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Allow,
@@ -86,11 +86,12 @@ pub use keel_protocol::Effect;
 /// A tool's policy as written in a bundle: either a bare verdict string
 /// (`"allow"` | `"ask"` | `"deny"`) or a table of rules, for example
 /// `{ policy = "ask", allow_commands = ["git status", "ls"], allow_paths = ["docs/"], expires_secs = 600 }`.
-///
-/// Serialized untagged. Deserialized by hand with the same two shapes, so a
-/// mistake reports what is wrong (`unknown field `allow_command``) instead of
-/// serde's "did not match any variant".
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+//
+// Serialized untagged. Deserialized by hand with the same two shapes, so a
+// mistake reports what is wrong (`unknown field `allow_command``) instead of
+// serde's "did not match any variant"; the JSON Schema (untagged: either
+// shape) describes both directions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum PolicySpec {
     Verdict(Verdict),
@@ -98,7 +99,7 @@ pub enum PolicySpec {
 }
 
 /// The table form of a [`PolicySpec`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RuleSpec {
     /// The verdict for calls no allow rule matches; `ask` when absent.

@@ -3,17 +3,17 @@
 use serde::{Deserialize, Serialize};
 
 /// How a session's context is kept under its cap (used by compaction).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompactionSettings {
-    /// The context cap in tokens; `None` means the model's context window.
+    /// The context cap in tokens; unset means the model's context window.
     #[serde(default)]
     pub cap_tokens: Option<u64>,
     /// In an unattended session, trim mechanically when a summary fails.
     #[serde(default)]
     pub auto_trim_on_failure: bool,
     /// Compact when the next request would pass this percentage of the cap
-    /// (default 80).
+    /// (default 80, clamped to 10..=100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold_percent: Option<u8>,
 }
@@ -112,7 +112,9 @@ pub struct Owner {
 
 /// How sensitive a piece of the context is. Ordered: `public < internal <
 /// private`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Sensitivity {
     #[default]

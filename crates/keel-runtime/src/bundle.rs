@@ -33,10 +33,16 @@
 //! When a session is created its coworker's definition is copied into the
 //! session (pinned) with a SHA-256 digest, so editing the bundle later does not
 //! change sessions that already exist.
+//!
+//! The JSON Schema of `keel.toml` (`keel validate --schema`) is derived from
+//! these types with schemars, so their doc comments are its descriptions and
+//! it cannot drift from what the loader accepts; the `#[schemars]`
+//! attributes add only the value rules `keel validate` checks.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -45,18 +51,26 @@ use crate::error::{Result, RuntimeError};
 /// The bundle file inside a bundle directory.
 pub const BUNDLE_FILE: &str = "keel.toml";
 
+/// `provider:model`, as `keel validate` requires.
+const MODEL_PATTERN: &str = "^[a-z0-9-]+:.+$";
+
 /// One coworker's definition.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CoworkerSpec {
+    /// What the coworker is for, shown to people choosing one.
     #[serde(default)]
     pub description: String,
     /// `provider:model`, for example `openai-chat:gpt-4o-mini`.
+    #[schemars(regex(pattern = MODEL_PATTERN))]
     pub model: String,
+    /// The system instructions: who the coworker is and how it works.
+    #[schemars(regex(pattern = r"\S"))]
     pub instructions: String,
     /// The tools this coworker may call: qualified names (`fs.read_file`)
     /// or `<server>.*` for every tool of an MCP server.
     #[serde(default)]
+    #[schemars(inner(regex(pattern = r"^[A-Za-z0-9_-]+\..+$")))]
     pub tools: Vec<String>,
     /// What its tools may touch beyond the workspace.
     #[serde(default)]
@@ -67,7 +81,7 @@ pub struct CoworkerSpec {
     #[serde(default)]
     pub policies: BTreeMap<String, keel_core::PolicySpec>,
     /// How long a person has to answer an approval before it counts as
-    /// denied; `None` waits indefinitely. A policy's `expires_secs` wins.
+    /// denied; unset waits indefinitely. A policy's `expires_secs` wins.
     #[serde(default)]
     pub approval_timeout_secs: Option<u64>,
     /// Where sensitive data comes from and which tools send data out.
@@ -81,16 +95,20 @@ pub struct CoworkerSpec {
     /// the person's messages and the working state are kept verbatim
     /// whatever it writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = MODEL_PATTERN))]
     pub summary_model: Option<String>,
     /// Models to move to, in order, when the first one fails for good
     /// (auth, out of credit, unreachable after retries).
     #[serde(default)]
+    #[schemars(inner(regex(pattern = MODEL_PATTERN)))]
     pub fallback_models: Vec<String>,
     /// Model round trips allowed per turn.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub max_steps: Option<u32>,
     /// The output limit sent with each request.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub max_output_tokens: Option<u32>,
     /// Prices of this coworker's models: its own `prices` table, completed
     /// from the bundle's `[prices]`, and pinned into each session with the
@@ -118,13 +136,16 @@ pub struct CoworkerSpec {
 /// written from. An outbound call made while the context holds data above
 /// the tool's clearance is asked about, denied or allowed as `on_violation`
 /// says, and the decision is journaled with the call.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaintSpec {
+    /// The label of each tool's output, by tool entry.
     #[serde(default)]
     pub sources: BTreeMap<String, keel_protocol::session::Sensitivity>,
+    /// Tools that send data out, with the most sensitive data each may carry.
     #[serde(default)]
     pub outbound: BTreeMap<String, keel_protocol::session::Sensitivity>,
+    /// What an outbound call above its clearance gets; `ask` when unset.
     #[serde(default)]
     pub on_violation: Option<keel_core::Verdict>,
 }
@@ -151,13 +172,18 @@ impl TaintSpec {
 }
 
 /// What a model costs, in US dollars per million tokens.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Price {
+    /// Input tokens.
+    #[schemars(range(min = 0))]
     pub input: f64,
+    /// Output tokens, reasoning included.
+    #[schemars(range(min = 0))]
     pub output: f64,
     /// Cached input; defaults to the input price.
     #[serde(default)]
+    #[schemars(range(min = 0))]
     pub cached_input: Option<f64>,
 }
 
@@ -189,27 +215,49 @@ pub fn digest_json(value: &serde_json::Value) -> String {
     format!("sha256:{hex}")
 }
 
-#[derive(Debug, Deserialize)]
+/// A bundle's `keel.toml`: coworkers, the MCP servers their tools come
+/// from, and model prices.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "keel bundle (keel.toml)", extend("$id" = "https://keel.dev/schemas/bundle.schema.json"))]
+#[schemars(transform = at_least_one_coworker)]
 pub(crate) struct BundleFile {
     #[serde(default)]
     pub bundle: BundleHeader,
+    /// Coworkers by id; a bundle defines at least one.
     #[serde(default)]
     pub coworkers: BTreeMap<String, CoworkerSpec>,
     /// Prices by `provider:model`.
     #[serde(default)]
     pub prices: BTreeMap<String, Price>,
+    /// MCP servers by name; their tools are `<name>.<tool>`.
     #[serde(default)]
     pub mcp_servers: BTreeMap<String, McpServerSpec>,
 }
 
+/// The parser takes a file without coworkers so that `keel validate` can
+/// say what is missing; loading refuses it, so the schema requires one.
+fn at_least_one_coworker(schema: &mut schemars::Schema) {
+    schema.insert("required".into(), serde_json::json!(["coworkers"]));
+    let coworkers = schema.get_mut("properties").and_then(|properties| properties.get_mut("coworkers"));
+    if let Some(coworkers) = coworkers.and_then(serde_json::Value::as_object_mut) {
+        coworkers.remove("default");
+        coworkers.insert("minProperties".into(), 1.into());
+    }
+}
+
 /// An MCP server, as common MCP clients configure one: a command to start
-/// (stdio), or a URL (streamable HTTP).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// (stdio), or a URL (streamable HTTP). One flat table rather than an
+/// untagged enum so a mistake gets `keel validate`'s message, not serde's
+/// "did not match any variant"; the schema requires exactly one of the two.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("oneOf" = [{"required": ["command"]}, {"required": ["url"]}]))]
 pub struct McpServerSpec {
+    /// The program of a local server, spoken to over stdio.
     #[serde(default)]
     pub command: Option<String>,
+    /// The command's arguments.
     #[serde(default)]
     pub args: Vec<String>,
     /// The server's whole environment beside `PATH`, `HOME` and `LANG`.
@@ -218,19 +266,26 @@ pub struct McpServerSpec {
     /// Working folder of the command; relative paths are from the bundle.
     #[serde(default)]
     pub cwd: Option<PathBuf>,
+    /// The streamable HTTP endpoint of a remote server.
     #[serde(default)]
+    #[schemars(regex(pattern = "^https?://"))]
     pub url: Option<String>,
+    /// HTTP headers sent to a `url` server, for example `Authorization`.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// How long the server may take to start and list its tools.
     #[serde(default)]
     pub startup_timeout_secs: Option<u64>,
+    /// How long one tool call may take.
     #[serde(default)]
     pub call_timeout_secs: Option<u64>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// The `[bundle]` table.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct BundleHeader {
+    /// The bundle's name; the folder's name when unset.
     #[serde(default)]
     pub name: Option<String>,
 }

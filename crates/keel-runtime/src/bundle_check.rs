@@ -6,11 +6,17 @@
 //! reports all of it at once, so a person fixes a bundle in one pass. Lines
 //! of semantic problems are found by locating the coworker's table and key
 //! in the text; TOML syntax errors carry the parser's own position.
+//!
+//! [`schema`] is the JSON Schema of the same file for editors, derived from
+//! the loader's types (crate::bundle) rather than written beside them.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use serde_json::{Value, json};
+use schemars::Schema;
+use schemars::generate::SchemaSettings;
+use schemars::transform::transform_subschemas;
+use serde_json::Value;
 
 use crate::bundle::{BUNDLE_FILE, BundleFile};
 
@@ -257,143 +263,211 @@ fn table_key_line(text: &str, headers: &[String], key: &str) -> Option<usize> {
 }
 
 /// The JSON Schema of `keel.toml` (draft 2020-12), as published in
-/// `docs/bundle.schema.json`.
+/// `docs/bundle.schema.json`: derived from the types the loader
+/// deserializes (crate::bundle), so it names exactly the fields, shapes and
+/// defaults the loader takes, plus the value rules `keel validate` checks.
 pub fn schema() -> Value {
-    let price = json!({
-        "type": "object",
-        "additionalProperties": false,
-        "required": ["input", "output"],
-        "properties": {
-            "input": {"type": "number", "minimum": 0, "description": "US dollars per million input tokens"},
-            "output": {"type": "number", "minimum": 0, "description": "US dollars per million output tokens"},
-            "cached_input": {"type": "number", "minimum": 0, "description": "US dollars per million cached input tokens; defaults to input"}
+    let settings = SchemaSettings::draft2020_12().with_transform(toml_has_no_null);
+    settings.into_generator().into_root_schema_for::<BundleFile>().to_value()
+}
+
+/// Removes the `null` schemars allows for every `Option`: TOML has no null,
+/// an unset option is an absent key. Defaults lose their nulls too (an
+/// unset option's default is left to the description).
+fn toml_has_no_null(schema: &mut Schema) {
+    fn strip_nulls(value: &mut Value) {
+        if let Value::Object(members) = value {
+            members.retain(|_, member| !member.is_null());
+            members.values_mut().for_each(strip_nulls);
         }
-    });
-    let model = json!({"type": "string", "pattern": "^[a-z0-9-]+:.+$", "description": "provider:model, for example openai-chat:gpt-4o-mini"});
-    let strings = json!({"type": "array", "items": {"type": "string"}});
-    let string_map = json!({"type": "object", "additionalProperties": {"type": "string"}});
-    let seconds = json!({"type": "integer", "minimum": 1});
-    let resources = json!({
-        "type": "object",
-        "additionalProperties": false,
-        "description": "What the coworker's tools may touch beyond the workspace",
-        "properties": {
-            "read": {"type": "array", "items": {"type": "string"}, "description": "Absolute folders readable beyond the workspace"},
-            "write": {"type": "array", "items": {"type": "string"}, "description": "Absolute folders readable and writable beyond the workspace"},
-            "network": {"type": "boolean", "default": false, "description": "Whether tools may use the network"},
-            "env": {"type": "array", "items": {"type": "string"}, "description": "Names of keel's environment variables passed through to tools"},
-            "shell": {
-                "type": "object",
-                "additionalProperties": false,
-                "properties": {
-                    "timeout_secs": {"type": "integer", "minimum": 1, "default": 60},
-                    "max_timeout_secs": {"type": "integer", "minimum": 1, "default": 600},
-                    "output_limit_bytes": {"type": "integer", "minimum": 1, "default": 65536},
-                    "max_processes": {"type": "integer", "minimum": 1, "default": 512},
-                    "max_file_bytes": {"type": "integer", "minimum": 1, "default": 1073741824u64}
+    }
+    if let Some(object) = schema.as_object_mut() {
+        if let Some(Value::Array(types)) = object.get_mut("type") {
+            types.retain(|kind| kind != "null");
+            if let [only] = types.as_slice() {
+                let only = only.clone();
+                object.insert("type".into(), only);
+            }
+        }
+        if let Some(Value::Array(values)) = object.get_mut("enum") {
+            values.retain(|value| !value.is_null());
+        }
+        match object.get_mut("default") {
+            Some(Value::Null) => drop(object.remove("default")),
+            Some(default) => strip_nulls(default),
+            None => {}
+        }
+        // `Option<T>` of a referenced `T` is `anyOf: [T, null]`; keep `T`.
+        if let Some(Value::Array(choices)) = object.get_mut("anyOf") {
+            choices.retain(|choice| choice.get("type").is_none_or(|kind| kind != "null"));
+            if let [Value::Object(only)] = choices.as_slice() {
+                let only = only.clone();
+                object.remove("anyOf");
+                for (key, value) in only {
+                    object.entry(key).or_insert(value);
                 }
             }
         }
-    });
-    let mcp_server = json!({
-        "type": "object",
-        "additionalProperties": false,
-        "description": "An MCP server: command (stdio) or url (streamable HTTP)",
-        "properties": {
-            "command": {"type": "string"},
-            "args": strings,
-            "env": string_map,
-            "cwd": {"type": "string"},
-            "url": {"type": "string", "pattern": "^https?://"},
-            "headers": string_map,
-            "startup_timeout_secs": seconds,
-            "call_timeout_secs": seconds
-        },
-        "oneOf": [{"required": ["command"]}, {"required": ["url"]}]
-    });
-    json!({
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://keel.dev/schemas/bundle.schema.json",
-        "title": "keel bundle (keel.toml)",
-        "type": "object",
-        "additionalProperties": false,
-        "properties": {
-            "bundle": {
-                "type": "object",
-                "additionalProperties": false,
-                "properties": {"name": {"type": "string"}}
-            },
-            "coworkers": {
-                "type": "object",
-                "minProperties": 1,
-                "additionalProperties": {
-                    "type": "object",
-                    "additionalProperties": false,
-                    "required": ["model", "instructions"],
-                    "properties": {
-                        "description": {"type": "string"},
-                        "model": model,
-                        "instructions": {"type": "string", "minLength": 1},
-                        "tools": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z0-9_-]+\\..+$"}, "uniqueItems": true, "description": "Qualified tool names (fs.read_file) or <server>.* for every tool of an MCP server"},
-                        "resources": resources,
-                        "policies": {
-                            "type": "object",
-                            "description": "Policy per tool entry (fs.write_file, shell.run, <server>.*); tools without one are allowed if read-only, asked about otherwise",
-                            "additionalProperties": {
-                                "oneOf": [
-                                    {"enum": ["allow", "ask", "deny"]},
-                                    {
-                                        "type": "object",
-                                        "additionalProperties": false,
-                                        "properties": {
-                                            "policy": {"enum": ["allow", "ask", "deny"], "default": "ask", "description": "For calls no allow rule matches"},
-                                            "allow_commands": {"type": "array", "items": {"type": "string"}, "description": "Command prefixes matched token by token; shell operators and expansions never match"},
-                                            "allow_paths": {"type": "array", "items": {"type": "string"}, "description": "Workspace folders file tools may use without asking"},
-                                            "expires_secs": {"type": "integer", "minimum": 1, "description": "An unanswered approval counts as denied after this long"}
-                                        }
-                                    }
-                                ]
-                            }
-                        },
-                        "approval_timeout_secs": {"type": "integer", "minimum": 1, "description": "Default expiry of approvals; none waits indefinitely"},
-                        "taint": {
-                            "type": "object",
-                            "additionalProperties": false,
-                            "description": "Sensitive sources, outbound tools and what happens when sensitive data would leave",
-                            "properties": {
-                                "sources": {"type": "object", "additionalProperties": {"enum": ["public", "internal", "private"]}, "description": "Label of each tool's output (tool entry -> label)"},
-                                "outbound": {"type": "object", "additionalProperties": {"enum": ["public", "internal", "private"]}, "description": "Tools that send data out -> the most sensitive data each may carry"},
-                                "on_violation": {"enum": ["allow", "ask", "deny"], "default": "ask"}
-                            }
-                        },
-                        "compaction": {
-                            "type": "object",
-                            "additionalProperties": false,
-                            "description": "Compaction defaults for the coworker's sessions",
-                            "properties": {
-                                "cap_tokens": {"type": "integer", "minimum": 1, "description": "Context cap in tokens; default the model's context window"},
-                                "auto_trim_on_failure": {"type": "boolean", "default": true, "description": "In an unattended session, trim mechanically when a summary fails"},
-                                "threshold_percent": {"type": "integer", "minimum": 10, "maximum": 100, "default": 80, "description": "Compact when the next request would pass this share of the cap"}
-                            }
-                        },
-                        "summary_model": model,
-                        "fallback_models": {"type": "array", "items": model},
-                        "max_steps": {"type": "integer", "minimum": 1},
-                        "max_output_tokens": {"type": "integer", "minimum": 1},
-                        "prices": {"type": "object", "additionalProperties": price}
-                    }
-                }
-            },
-            "prices": {"type": "object", "additionalProperties": price},
-            "mcp_servers": {"type": "object", "additionalProperties": mcp_server}
-        },
-        "required": ["coworkers"]
-    })
+    }
+    transform_subschemas(&mut toml_has_no_null, schema);
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+    use crate::bundle::Bundle;
+
+    /// The repository's root, from this crate's folder.
+    fn repo_root() -> &'static Path {
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+    }
+
+    fn validator() -> jsonschema::Validator {
+        jsonschema::draft202012::new(&schema()).unwrap_or_else(|e| panic!("the bundle schema does not compile: {e}"))
+    }
+
+    fn toml_to_json(text: &str) -> Value {
+        toml::from_str::<Value>(text).unwrap_or_else(|e| panic!("not TOML: {e}"))
+    }
+
+    /// Set `KEEL_WRITE_SCHEMA=1` to rewrite the published file instead.
+    #[test]
+    fn the_published_schema_is_the_derived_one() {
+        let path = repo_root().join("docs/bundle.schema.json");
+        let derived = schema();
+        if std::env::var_os("KEEL_WRITE_SCHEMA").is_some() {
+            let text = serde_json::to_string_pretty(&derived).unwrap_or_else(|e| panic!("{e}"));
+            std::fs::write(&path, text + "\n").unwrap_or_else(|e| panic!("{e}"));
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let published: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            published == derived,
+            "docs/bundle.schema.json is not the schema the code derives; regenerate it with \
+             `KEEL_WRITE_SCHEMA=1 cargo test -p keel-runtime --lib the_published_schema` \
+             or `keel validate --schema > docs/bundle.schema.json`"
+        );
+        assert_eq!(derived["$schema"], "https://json-schema.org/draft/2020-12/schema");
+        assert_eq!(derived["$id"], "https://keel.dev/schemas/bundle.schema.json");
+    }
+
+    #[test]
+    fn the_example_bundle_matches_the_schema_and_an_unknown_field_does_not() {
+        let dir = repo_root().join("examples/assistant");
+        let text = std::fs::read_to_string(dir.join(BUNDLE_FILE)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(Bundle::load(&dir).is_ok(), "the loader refuses the example bundle");
+        let mut example = toml_to_json(&text);
+        let validator = validator();
+        let errors: Vec<String> = validator.iter_errors(&example).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{errors:#?}");
+
+        example["coworkers"]["assistant-example"]["temperature"] = json!(0.2);
+        assert!(!validator.is_valid(&example));
+    }
+
+    const COWORKER: &str = "[coworkers.a]\nmodel = \"openai:m\"\ninstructions = \"x\"\n";
+
+    /// A bundle setting every field the loader knows.
+    const EVERY_FIELD: &str = r#"
+[bundle]
+name = "b"
+
+[prices."openai:m"]
+input = 1
+output = 2.5
+cached_input = 0.5
+
+[mcp_servers.gh]
+command = "npx"
+args = ["-y"]
+env = { A = "1" }
+cwd = "srv"
+startup_timeout_secs = 5
+call_timeout_secs = 9
+
+[mcp_servers.web]
+url = "https://h/mcp"
+headers = { Authorization = "Bearer t" }
+
+[coworkers.a]
+description = "d"
+model = "openai:m"
+instructions = "x"
+tools = ["fs.read_file", "gh.*"]
+approval_timeout_secs = 60
+summary_model = "openai:s"
+fallback_models = ["openai:f"]
+max_steps = 3
+max_output_tokens = 100
+tool_digests = { "fs.read_file" = "sha256:00" }
+
+[coworkers.a.resources]
+read = ["/r"]
+write = ["/w"]
+network = true
+env = ["E"]
+shell = { timeout_secs = 5, max_timeout_secs = 50, output_limit_bytes = 9, max_processes = 300, max_file_bytes = 1 }
+
+[coworkers.a.policies]
+"fs.write_file" = "allow"
+"shell.run" = { policy = "deny", allow_commands = ["ls"], allow_paths = ["docs"], expires_secs = 60 }
+
+[coworkers.a.taint]
+sources = { "gh.*" = "private" }
+outbound = { "web.post" = "internal" }
+on_violation = "deny"
+
+[coworkers.a.compaction]
+cap_tokens = 1000
+auto_trim_on_failure = false
+threshold_percent = 50
+
+[coworkers.a.prices."openai:f"]
+input = 0
+output = 0
+"#;
+
+    /// Bundles the loader takes (and `keel validate` passes) and bundles it
+    /// refuses: the schema must say the same about each.
+    #[test]
+    fn the_schema_accepts_exactly_what_the_loader_and_validate_accept() {
+        let with = |extra: &str| format!("{COWORKER}{extra}");
+        let cases = [
+            ("a minimal bundle", with(""), true),
+            ("every field", EVERY_FIELD.to_string(), true),
+            ("no coworkers", "[bundle]\nname = \"b\"\n".to_string(), false),
+            ("an unknown top-level table", with("[extras]\n"), false),
+            ("an unknown coworker field", with("temperature = 0.2\n"), false),
+            ("a missing model", "[coworkers.a]\ninstructions = \"x\"\n".to_string(), false),
+            ("a model without a provider", "[coworkers.a]\nmodel = \"m\"\ninstructions = \"x\"\n".to_string(), false),
+            ("blank instructions", "[coworkers.a]\nmodel = \"openai:m\"\ninstructions = \" \\n\"\n".to_string(), false),
+            ("max_steps = 0", with("max_steps = 0\n"), false),
+            ("a number as text", with("max_steps = \"3\"\n"), false),
+            ("an unknown resource", with("[coworkers.a.resources]\nnetwrok = true\n"), false),
+            ("a zero shell timeout", with("[coworkers.a.resources.shell]\ntimeout_secs = 0\n"), false),
+            ("an unknown verdict", with("[coworkers.a.policies]\n\"fs.write_file\" = \"maybe\"\n"), false),
+            ("a misspelt rule", with("[coworkers.a.policies]\n\"shell.run\" = { allow_command = [\"ls\"] }\n"), false),
+            ("an unknown label", with("[coworkers.a.taint]\nsources = { \"fs.read_file\" = \"secret\" }\n"), false),
+            ("an unknown compaction field", with("[coworkers.a.compaction]\ncap = 1\n"), false),
+            ("command and url", with("[mcp_servers.x]\ncommand = \"c\"\nurl = \"http://h\"\n"), false),
+            ("neither command nor url", with("[mcp_servers.x]\nheaders = {}\n"), false),
+            ("an ftp url", with("[mcp_servers.x]\nurl = \"ftp://h\"\n"), false),
+            ("a negative price", with("[prices.\"openai:m\"]\ninput = -1\noutput = 1\n"), false),
+            ("a price without output", with("[prices.\"openai:m\"]\ninput = 1\n"), false),
+        ];
+        let validator = validator();
+        let tools = crate::builtin_tool_names();
+        let providers = ["openai".to_string()];
+        for (name, text, valid) in cases {
+            let loads = Bundle::from_text(Path::new("b"), &text).is_ok();
+            let passes = loads && validate_text(Path::new(BUNDLE_FILE), &text, &providers, &tools).is_empty();
+            assert_eq!(passes, valid, "{name}: the case is wrong about the loader and keel validate\n{text}");
+            let errors: Vec<String> = validator.iter_errors(&toml_to_json(&text)).map(|e| e.to_string()).collect();
+            assert_eq!(errors.is_empty(), valid, "{name}: the schema disagrees with the loader: {errors:#?}\n{text}");
+        }
+    }
 
     fn problems(toml: &str) -> Vec<String> {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));

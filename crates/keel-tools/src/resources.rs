@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 /// The default is the tightest useful policy: the workspace read-write,
 /// system folders read-only, no network, no variables from keel's
 /// environment.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResourcePolicy {
     /// Folders readable beyond the workspace (absolute paths).
@@ -30,17 +30,20 @@ pub struct ResourcePolicy {
     /// nothing else of keel's environment reaches them.
     #[serde(default)]
     pub env: Vec<String>,
+    /// Limits on `shell.run` commands.
     #[serde(default)]
     pub shell: ShellLimits,
 }
 
 /// Limits on `shell.run` commands.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ShellLimits {
     /// Timeout when the call names none.
+    #[schemars(range(min = 1))]
     pub timeout_secs: u64,
-    /// The longest timeout a call may ask for.
+    /// The longest timeout a call may ask for (at least `timeout_secs`).
+    #[schemars(range(min = 1))]
     pub max_timeout_secs: u64,
     /// Output kept per command (stdout and stderr together); a command that
     /// prints more is stopped.
