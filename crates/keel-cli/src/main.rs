@@ -3,6 +3,7 @@
 //! Data goes to stdout, diagnostics to stderr. Exit codes: 0 success, 1 the
 //! task or command failed, 2 bad usage or configuration, 130 interrupted.
 
+mod builtin;
 mod cmd;
 mod providers;
 mod telemetry;

@@ -97,3 +97,73 @@ fn with_local(set: ProviderSet) -> ProviderSet {
 fn with_local(set: ProviderSet) -> ProviderSet {
     set
 }
+
+/// How one remote provider family is configured in this environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteStatus {
+    /// The providers it serves, as written before the `:` of a model.
+    pub providers: &'static [&'static str],
+    pub key_var: &'static str,
+    pub base_url: String,
+    /// Whether the base URL is the vendor's own (a key is then required).
+    pub official: bool,
+    pub has_key: bool,
+}
+
+impl RemoteStatus {
+    /// Configured: a key is set, or the base URL points elsewhere (a local
+    /// OpenAI-compatible server may need no key).
+    pub fn configured(&self) -> bool {
+        self.has_key || !self.official
+    }
+}
+
+fn non_empty_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// The remote provider families and how each is configured.
+pub fn remote_status() -> Vec<RemoteStatus> {
+    let openai = non_empty_var("OPENAI_BASE_URL");
+    let anthropic = non_empty_var("ANTHROPIC_BASE_URL");
+    vec![
+        RemoteStatus {
+            providers: &["openai-chat", "openai"],
+            key_var: "OPENAI_API_KEY",
+            official: openai.is_none(),
+            base_url: openai.unwrap_or_else(|| keel_provider::openai_chat::DEFAULT_BASE_URL.to_string()),
+            has_key: non_empty_var("OPENAI_API_KEY").is_some(),
+        },
+        RemoteStatus {
+            providers: &["anthropic"],
+            key_var: "ANTHROPIC_API_KEY",
+            official: anthropic.is_none(),
+            base_url: anthropic.unwrap_or_else(|| keel_provider::anthropic::DEFAULT_BASE_URL.to_string()),
+            has_key: non_empty_var("ANTHROPIC_API_KEY").is_some(),
+        },
+    ]
+}
+
+/// Refuses, before anything starts, a model whose provider cannot work: its
+/// vendor's API with no key set. A custom base URL with no key is let
+/// through (local servers often need none) with a note on stderr.
+pub fn check_model_credentials(model: &str) -> anyhow::Result<()> {
+    let provider = model.split_once(':').map(|(p, _)| p).unwrap_or(model);
+    let Some(status) = remote_status().into_iter().find(|s| s.providers.contains(&provider)) else {
+        return Ok(());
+    };
+    if status.has_key {
+        return Ok(());
+    }
+    if status.official {
+        return Err(keel_runtime::RuntimeError::Config(format!(
+            "{model} needs {key}, which is not set; requests would go to {url}. Set {key} (or point {base} at a server that needs no key), or leave --model out to use the local model",
+            key = status.key_var,
+            url = status.base_url,
+            base = if status.key_var == "OPENAI_API_KEY" { "OPENAI_BASE_URL" } else { "ANTHROPIC_BASE_URL" },
+        ))
+        .into());
+    }
+    eprintln!("keel: {} is not set; sending {model} requests to {} without a key", status.key_var, status.base_url);
+    Ok(())
+}

@@ -99,6 +99,77 @@ async fn a_duplicate_submission_returns_the_original_turn_and_starts_nothing() {
     assert_eq!(mock.requests().len(), 1);
 }
 
+/// The window between a turn's end being journaled and its driver letting
+/// go of the session, held open for 1.5 s (`KEEL_HOLD_AT=turn_finished`):
+/// a submission that lands there is refused retryably and not recorded, and
+/// the same submission id is accepted and run once the session is free. It
+/// is never accepted and left without a driver.
+#[tokio::test]
+async fn a_submission_between_a_turns_end_and_its_release_is_refused_retryably_then_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(&dir);
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::text("first"));
+    let keel = Keel::start_with(
+        &dir.path().join("state"),
+        &mock.base_url(),
+        &support::example_bundle(),
+        &[("KEEL_HOLD_AT", "turn_finished:1500")],
+    )
+    .unwrap();
+    let mut client = keel.client().await.unwrap();
+    let session = client.create_session(&ws).await.unwrap();
+    client.ok("events/subscribe", json!({"session_id": session})).await.unwrap();
+    client.ok("turn/start", json!({"session_id": session, "submission_id": "a", "text": "one"})).await.unwrap();
+    // The turn's end is committed (and served) while its driver is held.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let snapshot = client.ok("session/get", json!({"session_id": session})).await.unwrap();
+        if snapshot["turn"]["status"] == "completed" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the first turn never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Inside the held window.
+    let refused = client
+        .call("turn/start", json!({"session_id": session, "submission_id": "b", "text": "two"}))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(refused.code, -32002, "{}", refused.message);
+    assert_eq!(refused.data["retryable"], true);
+    assert!(refused.message.contains("still checkpointing"), "{}", refused.message);
+    let snapshot = client.ok("session/get", json!({"session_id": session})).await.unwrap();
+    assert_eq!(snapshot["turn"]["submission_id"], "a", "b was not recorded");
+    assert_eq!(snapshot["history"].as_array().unwrap().len(), 2);
+    // Retrying the same submission until the window closes: accepted once,
+    // and it runs to its end.
+    mock.push(Reply::text("second"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let accepted = loop {
+        match client
+            .call("turn/start", json!({"session_id": session, "submission_id": "b", "text": "two"}))
+            .await
+            .unwrap()
+        {
+            Ok(accepted) => break accepted,
+            Err(e) => {
+                assert_eq!(e.code, -32002, "{}", e.message);
+                assert!(std::time::Instant::now() < deadline, "the session never became free");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert_eq!(accepted["duplicate"], false);
+    client.events_until("turn_finished").await.unwrap(); // the first turn's
+    let events = client.events_until("turn_finished").await.unwrap();
+    let last = events.last().unwrap();
+    assert_eq!(last["data"]["turn_id"], accepted["turn_id"]);
+    assert_eq!(last["data"]["status"], "completed");
+    assert_eq!(mock.requests().len(), 2, "the accepted submission ran");
+}
+
 #[tokio::test]
 async fn a_submission_while_a_turn_runs_is_refused_retryably_and_not_recorded() {
     let dir = tempfile::tempdir().unwrap();

@@ -436,3 +436,67 @@ on_violation = "deny""#;
     let snapshot = client.ok("session/get", json!({"session_id": id})).await.unwrap();
     assert!(outputs(&snapshot)[1].contains("denied by taint tracking"), "{:?}", outputs(&snapshot));
 }
+
+/// Questions a turn leaves unanswered are withdrawn when it ends: the
+/// `turn_finished` event lists them, the inbox drops them, the snapshot
+/// shows them withdrawn, and a late answer is refused. Both while keel runs
+/// and for a turn cancelled after a restart.
+#[tokio::test]
+async fn questions_of_a_cancelled_turn_are_withdrawn_in_the_journal_and_the_inbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = support::workspace(&dir);
+    let state = dir.path().join("state");
+    let bundle = bundle(dir.path(), "");
+    let mock = MockServer::start().await.unwrap();
+    mock.push(shell("c1", "echo one >> effects.txt"));
+    mock.push(shell("c2", "echo two >> effects.txt"));
+    let keel = Keel::start_with(&state, &mock.base_url(), &bundle, &[]).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let id = session(&mut client, &ws, true).await;
+
+    async fn pending_id(client: &mut Client, id: &str) -> String {
+        let events = client.events_until("turn_waiting").await.unwrap();
+        let asked = events.iter().find(|e| e["kind"] == "interaction_requested").unwrap();
+        let question = asked["data"]["interaction"]["id"].as_str().unwrap().to_string();
+        let inbox = client.ok("inbox/list", json!({"session_id": id})).await.unwrap();
+        assert_eq!(inbox["interactions"][0]["id"], question.as_str());
+        question
+    }
+    async fn check_withdrawn(client: &mut Client, id: &str, question: &str, finished: &Value) {
+        assert_eq!(finished["data"]["status"], "cancelled");
+        assert_eq!(finished["data"]["withdrawn"], json!([question]), "{finished}");
+        let inbox = client.ok("inbox/list", json!({"session_id": id})).await.unwrap();
+        assert_eq!(inbox["interactions"], json!([]), "gone from the inbox");
+        let snapshot = client.ok("session/get", json!({"session_id": id})).await.unwrap();
+        let record = snapshot["interactions"].as_array().unwrap().iter().find(|i| i["id"] == question).unwrap();
+        assert_eq!(record["status"], "withdrawn");
+        let late = client
+            .call("interaction/respond", json!({"session_id": id, "interaction_id": question, "decision": "allow_once"}))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert!(late.message.contains("withdrawn"), "{}", late.message);
+    }
+
+    // Cancelled while keel waits on the question.
+    start(&mut client, &id, "s1").await;
+    let question = pending_id(&mut client, &id).await;
+    client.ok("turn/interrupt", json!({"session_id": id})).await.unwrap();
+    let events = client.events_until("turn_finished").await.unwrap();
+    check_withdrawn(&mut client, &id, &question, events.last().unwrap()).await;
+
+    // Cancelled after a restart left the turn recoverable with its question.
+    start(&mut client, &id, "s2").await;
+    let question = pending_id(&mut client, &id).await;
+    drop(client);
+    keel.kill();
+    let keel = Keel::start_with(&state, &mock.base_url(), &bundle, &[]).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let snapshot = client.ok("session/get", json!({"session_id": id})).await.unwrap();
+    assert_eq!(snapshot["turn"]["status"], "recoverable");
+    client.ok("events/subscribe", json!({"session_id": id, "after_seq": snapshot["last_seq"]})).await.unwrap();
+    client.ok("turn/interrupt", json!({"session_id": id})).await.unwrap();
+    let events = client.events_until("turn_finished").await.unwrap();
+    check_withdrawn(&mut client, &id, &question, events.last().unwrap()).await;
+    assert!(!ws.join("effects.txt").exists(), "nothing ran");
+}

@@ -412,3 +412,124 @@ async fn a_kill_during_the_summary_request_commits_nothing_and_resume_compacts()
 async fn a_crash_after_the_summary_before_its_commit_commits_nothing() {
     crash_during_compaction(Some("summary_returned")).await;
 }
+
+/// One restart with three kinds of parked work at once, as the reference
+/// suite does: a turn whose failed attempt left partial text in the ledger
+/// (killed during the retry), a compaction question parked in another
+/// session, and a pending approval in a third. After SIGKILL and restart all
+/// three are intact (ledger text, question id, approval id and digests), the
+/// turns are recoverable, and answering each continues correctly.
+#[tokio::test]
+async fn a_restart_keeps_a_partial_attempt_a_compaction_question_and_an_approval_together() {
+    let Long { dir, keel, mut client, mock, id: compacting } = long_session(Some(1_500), true).await;
+    let state = dir.path().join("state");
+    // 1. The compaction question.
+    mock.push(Reply::http_error(ScriptedError::ServerError));
+    mock.push(Reply::http_error(ScriptedError::ServerError));
+    client
+        .ok(
+            "turn/start",
+            json!({"session_id": compacting, "submission_id": "s3", "text": filler("round-three-notes", 600)}),
+        )
+        .await
+        .unwrap();
+    client.events_until("turn_waiting").await.unwrap();
+    let snapshot = client.ok("session/get", json!({"session_id": compacting})).await.unwrap();
+    let compaction_q = snapshot["interactions"].as_array().unwrap().iter().find(|i| i["kind"] == "compaction").unwrap().clone();
+
+    // 2. The approval, in a second session (the example coworker asks
+    // before commands outside its read-only list).
+    let ws2 = dir.path().join("ws2");
+    std::fs::create_dir_all(&ws2).unwrap();
+    let approving = client.create_session(&ws2).await.unwrap();
+    client.ok("events/subscribe", json!({"session_id": approving})).await.unwrap();
+    mock.push(Reply::tool_call("call_1", "shell__run", json!({"command": "echo approved >> done.txt"}).to_string()));
+    client.ok("turn/start", json!({"session_id": approving, "submission_id": "a1", "text": "go"})).await.unwrap();
+    client.events_until("turn_waiting").await.unwrap();
+    let snapshot = client.ok("session/get", json!({"session_id": approving})).await.unwrap();
+    let approval = snapshot["interactions"].as_array().unwrap().iter().find(|i| i["kind"] == "approval").unwrap().clone();
+    assert_eq!(approval["status"], "pending");
+
+    // 3. A failed attempt with partial text, then a retry that hangs: the
+    // kill lands during it.
+    let ws3 = dir.path().join("ws3");
+    std::fs::create_dir_all(&ws3).unwrap();
+    let partial = client.create_session(&ws3).await.unwrap();
+    client.ok("events/subscribe", json!({"session_id": partial})).await.unwrap();
+    let requests_before = mock.requests().len();
+    mock.push(Reply::text("partial words before the cut").cut_after(2));
+    mock.push(Reply::text("never arrives").delay_first_byte(Duration::from_secs(120)));
+    client.ok("turn/start", json!({"session_id": partial, "submission_id": "p1", "text": "go"})).await.unwrap();
+    client.events_until("model_retrying").await.unwrap();
+    mock.wait_for_requests(requests_before as u64 + 2).await.unwrap();
+    let before = client.ok("session/get", json!({"session_id": partial})).await.unwrap();
+    let partial_text = before["attempts"][0]["text"].as_str().unwrap().to_string();
+    assert!(partial_text.starts_with("partial"), "{partial_text}");
+
+    drop(client);
+    keel.kill();
+    let keel = Keel::start(&state, &mock.base_url()).unwrap();
+    let mut client = keel.client().await.unwrap();
+
+    // All three intact.
+    let a = client.ok("session/get", json!({"session_id": compacting})).await.unwrap();
+    assert_eq!(a["turn"]["status"], "recoverable");
+    let q = a["interactions"].as_array().unwrap().iter().find(|i| i["id"] == compaction_q["id"]).unwrap();
+    assert_eq!(q["status"], "pending");
+    assert_eq!(q["kind"], "compaction");
+    let b = client.ok("session/get", json!({"session_id": approving})).await.unwrap();
+    assert_eq!(b["turn"]["status"], "recoverable");
+    let q = b["interactions"].as_array().unwrap().iter().find(|i| i["id"] == approval["id"]).unwrap();
+    assert_eq!(q["status"], "pending");
+    assert_eq!(q["request"]["digests"], approval["request"]["digests"]);
+    assert_eq!(q["request"]["call_id"], approval["request"]["call_id"]);
+    let c = client.ok("session/get", json!({"session_id": partial})).await.unwrap();
+    assert_eq!(c["turn"]["status"], "recoverable");
+    assert_eq!(c["attempts"][0]["status"], "failed");
+    assert_eq!(c["attempts"][0]["text"], partial_text.as_str(), "the ledger kept the partial text");
+    assert_eq!(c["attempts"][1]["status"], "abandoned");
+    assert!(!c["history"].to_string().contains("partial words"), "never in history");
+    let inbox = client.ok("inbox/list", json!({})).await.unwrap();
+    let mut ids: Vec<&str> = inbox["interactions"].as_array().unwrap().iter().map(|i| i["id"].as_str().unwrap()).collect();
+    ids.sort();
+    let mut expected = vec![compaction_q["id"].as_str().unwrap(), approval["id"].as_str().unwrap()];
+    expected.sort();
+    assert_eq!(ids, expected);
+
+    // Answering each continues it.
+    for session in [&compacting, &approving, &partial] {
+        let last = client.ok("session/get", json!({"session_id": session})).await.unwrap()["last_seq"].clone();
+        client.ok("events/subscribe", json!({"session_id": session, "after_seq": last})).await.unwrap();
+    }
+    mock.push(Reply::text("ok three"));
+    client
+        .ok(
+            "interaction/respond",
+            json!({"session_id": compacting, "interaction_id": compaction_q["id"], "decision": "trim"}),
+        )
+        .await
+        .unwrap();
+    let events = client.events_until("turn_finished").await.unwrap();
+    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+    assert_eq!(events.last().unwrap()["session_id"], compacting.as_str());
+
+    mock.push(Reply::text("approved and done"));
+    client
+        .ok(
+            "interaction/respond",
+            json!({"session_id": approving, "interaction_id": approval["id"], "decision": "allow_once"}),
+        )
+        .await
+        .unwrap();
+    let events = client.events_until("turn_finished").await.unwrap();
+    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+    assert_eq!(std::fs::read_to_string(ws2.join("done.txt")).unwrap(), "approved\n", "ran once, after the answer");
+
+    mock.push(Reply::text("resumed answer"));
+    client.ok("turn/resume", json!({"session_id": partial})).await.unwrap();
+    let events = client.events_until("turn_finished").await.unwrap();
+    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+    let c = client.ok("session/get", json!({"session_id": partial})).await.unwrap();
+    assert!(c["history"].to_string().contains("resumed answer"));
+    assert!(!c["history"].to_string().contains("partial words"));
+}

@@ -166,3 +166,110 @@ async fn an_idempotent_call_cut_off_after_its_effect_is_simply_run_again() {
     assert!(events.iter().any(|e| e["kind"] == "tool_call_started"), "run again");
     assert_eq!(std::fs::read_to_string(ws.join("same.txt")).unwrap(), "same");
 }
+
+/// Found from outside: an OpenAI-compatible server numbered its calls per
+/// response, so turn 2's side-effecting `call_1` collided with turn 1's in
+/// the ledger; after a SIGKILL mid-call recovery saw no dispatched call and
+/// ran it again. keel's own call ids make the second call its own row: the
+/// restart asks a person, and nothing runs twice.
+#[tokio::test]
+async fn a_provider_reusing_call_ids_across_turns_cannot_make_a_call_run_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let state = dir.path().join("state");
+    let bundle = bundle(dir.path());
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::tool_call("call_1", "shell__run", r#"{"command": "echo x >> count.txt"}"#));
+    mock.push(Reply::text("turn one done"));
+    mock.push(Reply::tool_call("call_1", "shell__run", r#"{"command": "echo y >> count.txt"}"#));
+    // The second time a tool returns (turn 2's call), keel dies before the
+    // result is journaled.
+    let mut keel =
+        Keel::start_with(&state, &mock.base_url(), &bundle, &[("KEEL_CRASH_AFTER", "tool_returned@2")]).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let created = client.ok("session/create", json!({"name": "e", "coworker": "w", "workspace": ws})).await.unwrap();
+    let id = created["session"]["id"].as_str().unwrap().to_string();
+    client.ok("events/subscribe", json!({"session_id": id, "after_seq": 0})).await.unwrap();
+    client.ok("turn/start", json!({"session_id": id, "submission_id": "s1", "text": "one"})).await.unwrap();
+    client.events_until("turn_finished").await.unwrap();
+    client.call("turn/start", json!({"session_id": id, "submission_id": "s2", "text": "two"})).await.unwrap().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !keel.exited() {
+        assert!(Instant::now() < deadline, "keel did not crash in turn 2's call");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(client);
+    assert_eq!(std::fs::read_to_string(ws.join("count.txt")).unwrap(), "x\ny\n");
+
+    let keel = Keel::start_with(&state, &mock.base_url(), &bundle, &[]).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let snapshot = client.ok("session/get", json!({"session_id": id})).await.unwrap();
+    let question = pending_question(&snapshot).expect("the dispatched call is put to a person");
+    assert_eq!(question["kind"], "interrupted_call", "{question}");
+    // Two ledger rows, one per call, each its turn's.
+    let ledger = snapshot["tool_calls"].as_array().unwrap();
+    assert_eq!(ledger.len(), 2, "{ledger:?}");
+    assert_ne!(ledger[0]["turn_id"], ledger[1]["turn_id"]);
+    assert_eq!(ledger.iter().filter(|c| c["status"] != "completed").count(), 1, "{ledger:?}");
+    client.ok("events/subscribe", json!({"session_id": id, "after_seq": snapshot["last_seq"]})).await.unwrap();
+    let refused = client.call("turn/resume", json!({"session_id": id})).await.unwrap().unwrap_err();
+    assert!(refused.message.contains("waits for a person"), "{}", refused.message);
+    mock.push(Reply::text("ok"));
+    client
+        .ok("interaction/respond", json!({"session_id": id, "interaction_id": question["id"], "decision": "skip"}))
+        .await
+        .unwrap();
+    let events = client.events_until("turn_finished").await.unwrap();
+    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+    assert_eq!(std::fs::read_to_string(ws.join("count.txt")).unwrap(), "x\ny\n", "nothing ran twice");
+    // The renamed call went on the wire under keel's id, paired with its output.
+    let last = String::from_utf8_lossy(&mock.requests().last().unwrap().body).into_owned();
+    let body: Value = serde_json::from_str(&last).unwrap();
+    let messages = body["messages"].as_array().unwrap();
+    let call_ids: Vec<&str> = messages
+        .iter()
+        .filter_map(|m| m["tool_calls"].as_array())
+        .flatten()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert_eq!(call_ids.len(), 2, "{call_ids:?}");
+    assert_ne!(call_ids[0], call_ids[1], "distinct on the wire too");
+    for id in &call_ids {
+        assert!(messages.iter().any(|m| m["tool_call_id"] == *id), "call {id} has its output");
+    }
+}
+
+/// One response with the same id on two side-effecting calls: both run, each
+/// with its own ledger row and output.
+#[tokio::test]
+async fn repeated_call_ids_within_one_response_are_two_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let state = dir.path().join("state");
+    let bundle = bundle(dir.path());
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::tool_calls([
+        keel_testkit::ToolCall::new("call_1", "shell__run", r#"{"command": "echo a >> count.txt"}"#),
+        keel_testkit::ToolCall::new("call_1", "shell__run", r#"{"command": "echo b >> count.txt"}"#),
+    ]));
+    mock.push(Reply::text("done"));
+    let keel = Keel::start_with(&state, &mock.base_url(), &bundle, &[]).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let created = client.ok("session/create", json!({"name": "e", "coworker": "w", "workspace": ws})).await.unwrap();
+    let id = created["session"]["id"].as_str().unwrap().to_string();
+    client.ok("events/subscribe", json!({"session_id": id, "after_seq": 0})).await.unwrap();
+    client.ok("turn/start", json!({"session_id": id, "submission_id": "s1", "text": "go"})).await.unwrap();
+    let events = client.events_until("turn_finished").await.unwrap();
+    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+    assert_eq!(std::fs::read_to_string(ws.join("count.txt")).unwrap(), "a\nb\n");
+    let finished: Vec<&Value> = events.iter().filter(|e| e["kind"] == "tool_call_finished").collect();
+    assert_eq!(finished.len(), 2);
+    let renamed = events
+        .iter()
+        .find_map(|e| e["data"]["renamed_calls"].as_array().cloned())
+        .expect("the rename is journaled with the attempt");
+    assert_eq!(renamed.len(), 1);
+    assert_eq!(renamed[0]["provider_call_id"], "call_1");
+}

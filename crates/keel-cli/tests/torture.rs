@@ -9,7 +9,13 @@
 //!   recoverable or waiting (never left running);
 //! - no side-effecting call ran twice without a person's `run_again`;
 //! - `events.seq` has no gaps and SQLite's integrity check passes;
-//! - every approval seen pending and not answered is still pending.
+//! - every question (approval, interrupted call, compaction) seen pending
+//!   and deliberately left unanswered across kills is still pending after
+//!   each restart, with the same id, kind, call and digests.
+//!
+//! The provider reuses one call id (`call_1`) for every call, as some
+//! OpenAI-compatible servers do, and fails some compaction summaries so
+//! compaction questions appear.
 //!
 //! It prints the kills survived and any violation with the seed that
 //! reproduces it. CI runs a short version; the long one is
@@ -54,10 +60,16 @@ fn env_or(name: &str, default: u64) -> u64 {
 /// kills land mid-request too.
 fn provider() -> impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static {
     let calls = AtomicU64::new(0);
+    let summaries = AtomicU64::new(0);
     move |request| {
         let body = request.json.clone().unwrap_or(Value::Null);
         let delay = Duration::from_millis(5 + calls.load(Ordering::Relaxed) % 20);
         if body.to_string().contains("You compact the early part of a conversation") {
+            // Two of every five summaries come back empty (a failed
+            // summary), so some compactions fail twice and park a question.
+            if summaries.fetch_add(1, Ordering::Relaxed) % 5 < 2 {
+                return Reply::text("").delay_first_byte(delay);
+            }
             return Reply::text("Summary: the person wants a counter line per step.").delay_first_byte(delay);
         }
         match request.last_message_role() {
@@ -67,8 +79,10 @@ fn provider() -> impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static {
             }
             _ => {
                 let n = calls.fetch_add(1, Ordering::Relaxed) + 1;
-                let command = format!("echo call_{n} >> effects.log");
-                Reply::tool_call(format!("call_{n}"), "shell__run", json!({ "command": command }).to_string())
+                // The effect's own label counts runs; the provider's call id
+                // is the same for every call.
+                let command = format!("echo effect_{n} >> effects.log");
+                Reply::tool_call("call_1", "shell__run", json!({ "command": command }).to_string())
                     .delay_first_byte(delay)
             }
         }
@@ -83,11 +97,34 @@ struct Ledger {
     acked: BTreeSet<(String, String)>,
     /// Interactions answered (or an answer sent), by id.
     answered: BTreeSet<String>,
-    /// Interrupted calls a person (the harness) said to run again.
+    /// Effects (`effect_N` labels) of interrupted calls a person (the
+    /// harness) said to run again.
     run_again: BTreeSet<String>,
-    /// Approvals seen pending, by id, with their session.
-    seen_pending: BTreeMap<String, String>,
+    /// Questions seen pending, by id: what must survive a restart.
+    seen_pending: BTreeMap<String, SeenQuestion>,
+    /// Questions left unanswered on purpose until this round.
+    held_until: BTreeMap<String, u64>,
+    /// How many times a held question was found intact after a restart.
+    survivals_checked: u64,
+    /// Questions seen, by kind.
+    kinds_seen: BTreeMap<String, u64>,
     submitted: u64,
+}
+
+/// A question as first seen pending.
+struct SeenQuestion {
+    session: String,
+    kind: Value,
+    call_id: Value,
+    digests: Value,
+}
+
+/// The `effect_N` label in a counter command's arguments.
+fn effect_label(arguments: &str) -> Option<String> {
+    let start = arguments.find("effect_")?;
+    let label: String =
+        arguments[start..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+    Some(label)
 }
 
 async fn connect(keel: &Keel) -> Client {
@@ -95,12 +132,38 @@ async fn connect(keel: &Keel) -> Client {
 }
 
 /// One round of work: answer questions, resume, start turns.
-async fn work(client: &mut Client, ledger: &mut Ledger, rng: &mut Rng, turns_per_session: u64) -> anyhow::Result<()> {
+/// A random share of questions is held unanswered across one to three
+/// kills (never in the last round, so the workload can finish).
+async fn work(
+    client: &mut Client,
+    ledger: &mut Ledger,
+    rng: &mut Rng,
+    turns_per_session: u64,
+    round: u64,
+    last: bool,
+) -> anyhow::Result<()> {
     let inbox = client.ok("inbox/list", json!({})).await?;
     for question in inbox["interactions"].as_array().cloned().unwrap_or_default() {
         let id = question["id"].as_str().unwrap_or_default().to_string();
         let session = question["session_id"].as_str().unwrap_or_default().to_string();
-        ledger.seen_pending.entry(id.clone()).or_insert(session.clone());
+        if !ledger.seen_pending.contains_key(&id) {
+            *ledger.kinds_seen.entry(question["kind"].as_str().unwrap_or("?").to_string()).or_default() += 1;
+            ledger.seen_pending.insert(
+                id.clone(),
+                SeenQuestion {
+                    session: session.clone(),
+                    kind: question["kind"].clone(),
+                    call_id: question["request"]["call_id"].clone(),
+                    digests: question["request"]["digests"].clone(),
+                },
+            );
+            if rng.below(3) == 0 {
+                ledger.held_until.insert(id.clone(), round + 1 + rng.below(3));
+            }
+        }
+        if !last && ledger.held_until.get(&id).is_some_and(|until| round < *until) {
+            continue;
+        }
         let (decision, again) = match question["kind"].as_str() {
             Some("interrupted_call") if rng.below(3) == 0 => ("run_again", true),
             Some("interrupted_call") => ("skip", false),
@@ -109,7 +172,8 @@ async fn work(client: &mut Client, ledger: &mut Ledger, rng: &mut Rng, turns_per
         };
         ledger.answered.insert(id.clone());
         if again {
-            ledger.run_again.insert(question["request"]["call_id"].as_str().unwrap_or_default().to_string());
+            let arguments = question["request"]["arguments"].as_str().unwrap_or_default();
+            ledger.run_again.insert(effect_label(arguments).unwrap_or_default());
         }
         let _ = client
             .call("interaction/respond", json!({"session_id": session, "interaction_id": id, "decision": decision}))
@@ -201,7 +265,7 @@ fn check_on_disk(state: &Path, ledger: &Ledger) -> Vec<String> {
 }
 
 /// Checks what a restarted keel serves.
-async fn check_served(client: &mut Client, ledger: &Ledger) -> anyhow::Result<Vec<String>> {
+async fn check_served(client: &mut Client, ledger: &mut Ledger) -> anyhow::Result<Vec<String>> {
     let mut violations = Vec::new();
     let list = client.ok("session/list", json!({})).await?;
     for session in list["sessions"].as_array().cloned().unwrap_or_default() {
@@ -210,16 +274,29 @@ async fn check_served(client: &mut Client, ledger: &Ledger) -> anyhow::Result<Ve
         }
     }
     let inbox = client.ok("inbox/list", json!({})).await?;
-    let pending: BTreeSet<String> = inbox["interactions"]
+    let pending: BTreeMap<String, Value> = inbox["interactions"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|i| i["id"].as_str().map(str::to_string))
+        .filter_map(|i| i["id"].as_str().map(|id| (id.to_string(), i.clone())))
         .collect();
-    for (id, session) in &ledger.seen_pending {
-        if !ledger.answered.contains(id) && !pending.contains(id) {
-            violations.push(format!("approval {id} of {session} was pending and is gone after the restart"));
+    for (id, seen) in &ledger.seen_pending {
+        if ledger.answered.contains(id) {
+            continue;
         }
+        let Some(now) = pending.get(id) else {
+            violations.push(format!("question {id} of {} was pending and is gone after the restart", seen.session));
+            continue;
+        };
+        if now["kind"] != seen.kind
+            || now["request"]["call_id"] != seen.call_id
+            || now["request"]["digests"] != seen.digests
+            || now["session_id"] != seen.session.as_str()
+        {
+            violations.push(format!("question {id} changed across the restart: now {now}"));
+            continue;
+        }
+        ledger.survivals_checked += 1;
     }
     Ok(violations)
 }
@@ -241,7 +318,7 @@ async fn keel_survives_sigkill_at_random_moments() {
         let keel = Keel::start(&state, &mock.base_url()).unwrap();
         let mut client = connect(&keel).await;
         if round > 0 {
-            for violation in check_served(&mut client, &ledger).await.unwrap() {
+            for violation in check_served(&mut client, &mut ledger).await.unwrap() {
                 violations.push(format!("after kill {round}: {violation}"));
             }
         } else {
@@ -263,7 +340,7 @@ async fn keel_survives_sigkill_at_random_moments() {
         let window = if last { Duration::from_secs(120) } else { Duration::from_millis(150 + rng.below(700)) };
         let began = Instant::now();
         while began.elapsed() < window {
-            if work(&mut client, &mut ledger, &mut rng, turns_per_session).await.is_err() {
+            if work(&mut client, &mut ledger, &mut rng, turns_per_session, round, last).await.is_err() {
                 break;
             }
             if last {
@@ -298,14 +375,19 @@ async fn keel_survives_sigkill_at_random_moments() {
     let db = rusqlite::Connection::open(state.join("runtime.sqlite3")).unwrap();
     let compactions: i64 = db.query_row("SELECT COUNT(*) FROM compactions", [], |r| r.get(0)).unwrap();
     eprintln!(
-        "torture seed {seed}: survived {survived} kills; {} sessions, {} acknowledged submissions, {effects} counter runs, {compactions} compactions, {} questions answered ({} run again); {} violations",
+        "torture seed {seed}: survived {survived} kills; {} sessions, {} acknowledged submissions, {effects} counter runs, {compactions} compactions, questions seen {:?}, {} answered ({} run again), {} held across kills and found intact {} times; {} violations",
         ledger.sessions.len(),
         ledger.acked.len(),
+        ledger.kinds_seen,
         ledger.answered.len(),
         ledger.run_again.len(),
+        ledger.held_until.len(),
+        ledger.survivals_checked,
         violations.len()
     );
     assert!(violations.is_empty(), "seed {seed} (rerun with KEEL_TORTURE_SEED={seed}):\n{}", violations.join("\n"));
     assert!(ledger.acked.len() as u64 > session_count, "the workload made progress");
     assert!(compactions > 0, "the workload compacted");
+    // The survival check is only worth something if it checked something.
+    assert!(ledger.survivals_checked > 0, "no held question was checked across a restart");
 }

@@ -1,7 +1,8 @@
 //! Settings of the local provider and how a model name becomes a file.
 //!
 //! Model names: `smollm2` (with or without the `local:` prefix) is the default
-//! SmolLM2-135M-Instruct file that `scripts/fetch-model` installs; a name
+//! SmolLM2-135M-Instruct file that `scripts/fetch-model` installs (into
+//! [`default_models_dir`]); a name
 //! ending in `.gguf` is a file in [`LocalConfig::models_dir`]; a name with a
 //! path separator is a path to a GGUF file.
 
@@ -38,10 +39,29 @@ pub struct LocalConfig {
     pub temperature: f32,
 }
 
+/// Where models live when `KEEL_MODELS_DIR` does not say: the XDG data
+/// folder (`$XDG_DATA_HOME/keel/models`, else `~/.local/share/keel/models`),
+/// which `scripts/setup` and `scripts/fetch-model` fill, so `keel run` finds
+/// the model from any directory. Only with neither variable set does it fall
+/// back to `./models`.
+pub fn default_models_dir() -> PathBuf {
+    let non_empty = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(dir) = non_empty(MODELS_DIR_ENV) {
+        return dir;
+    }
+    if let Some(data) = non_empty("XDG_DATA_HOME").filter(|d| d.is_absolute()) {
+        return data.join("keel/models");
+    }
+    match non_empty("HOME") {
+        Some(home) => home.join(".local/share/keel/models"),
+        None => PathBuf::from("models"),
+    }
+}
+
 impl Default for LocalConfig {
     fn default() -> LocalConfig {
         LocalConfig {
-            models_dir: PathBuf::from("models"),
+            models_dir: default_models_dir(),
             threads: None,
             context_tokens: 4096,
             max_output_tokens: 512,
@@ -53,13 +73,9 @@ impl Default for LocalConfig {
 
 impl LocalConfig {
     /// The defaults, with `models_dir` from `KEEL_MODELS_DIR` when it is set
-    /// and not empty, else `./models`.
+    /// and not empty, else the XDG data folder ([`default_models_dir`]).
     pub fn from_env() -> LocalConfig {
-        let models_dir = std::env::var_os(MODELS_DIR_ENV)
-            .filter(|dir| !dir.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("models"));
-        LocalConfig { models_dir, ..LocalConfig::default() }
+        LocalConfig { models_dir: default_models_dir(), ..LocalConfig::default() }
     }
 
     /// The file a model name refers to. The file may not exist; loading

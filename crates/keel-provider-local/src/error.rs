@@ -14,7 +14,7 @@ use keel_provider::{FailureKind, ProviderError};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LocalError {
     #[error(
-        "the model file {path} does not exist; run scripts/fetch-model to download SmolLM2, or set KEEL_MODELS_DIR to the folder that holds the model"
+        "the model file {path} does not exist; run scripts/fetch-model (or scripts/setup) in keel's checkout to download SmolLM2 into the XDG data folder, or set KEEL_MODELS_DIR to the folder that holds the model"
     )]
     ModelMissing { path: PathBuf },
     #[error(

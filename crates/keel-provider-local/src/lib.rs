@@ -28,7 +28,7 @@ use keel_protocol::{Item, Usage};
 use keel_provider::{BoxFuture, DeltaSink, FinishReason, ModelProvider, ModelRequest, ModelResponse, ProviderError};
 use tokio::sync::{mpsc, watch};
 
-pub use config::{DEFAULT_MODEL, LocalConfig, MODELS_DIR_ENV, SMOLLM2_FILE};
+pub use config::{DEFAULT_MODEL, LocalConfig, MODELS_DIR_ENV, SMOLLM2_FILE, default_models_dir};
 pub use error::{LocalError, Result};
 
 use engine::{DeltaMode, Ending, Generation, Job};

@@ -508,18 +508,22 @@ impl Runtime {
     }
 
     /// Marks the pending interactions of an ending turn withdrawn, in the
-    /// turn's final commit.
+    /// turn's final commit, and returns their ids (the `turn_finished`
+    /// event lists them, so the journal says what was withdrawn).
     pub(crate) fn withdraw_pending(
         state: &mut crate::slot::SessionState,
         change: &mut keel_store::Change,
         turn_id: &str,
-    ) {
+    ) -> Vec<String> {
+        let mut withdrawn = Vec::new();
         for interaction in state.interactions.iter_mut() {
             if interaction.turn_id == turn_id && interaction.status == InteractionStatus::Pending {
                 interaction.status = InteractionStatus::Withdrawn;
                 change.interactions.push(interaction.clone());
+                withdrawn.push(interaction.id.clone());
             }
         }
+        withdrawn
     }
 }
 

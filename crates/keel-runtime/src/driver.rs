@@ -373,7 +373,8 @@ impl TurnRun<'_> {
         // Image bytes go to the ephemeral store; history keeps references.
         let images: Vec<keel_protocol::ImageRef> =
             output.images.into_iter().map(|image| self.runtime.inner.images.put(&self.slot.id, image)).collect();
-        let mut finished = json!({ "turn_id": self.turn_id, "call_id": call.call_id, "is_error": output.is_error });
+        let mut finished =
+            json!({ "turn_id": self.turn_id, "call_id": call.call_id, "tool": qualified, "is_error": output.is_error });
         if let Some(sandbox) = &output.sandbox {
             finished["sandbox"] = sandbox.clone();
         }
@@ -471,7 +472,7 @@ pub(crate) async fn finish(runtime: &Runtime, slot: &SessionSlot, turn_id: &str,
             };
             turn.status = status;
             turn.error = error.clone();
-            Runtime::withdraw_pending(state, change, turn_id);
+            let withdrawn = Runtime::withdraw_pending(state, change, turn_id);
             if block_session {
                 state.info.provider_blocked = true;
             }
@@ -489,10 +490,12 @@ pub(crate) async fn finish(runtime: &Runtime, slot: &SessionSlot, turn_id: &str,
                 }
                 push_item(change, &mut state.info, turn_id, item);
             }
-            change.events.push(NewEvent::new(
-                EventKind::TurnFinished,
-                json!({ "turn_id": turn_id, "status": status, "error": error, "provider_blocked": block_session }),
-            ));
+            let mut data =
+                json!({ "turn_id": turn_id, "status": status, "error": error, "provider_blocked": block_session });
+            if !withdrawn.is_empty() {
+                data["withdrawn"] = json!(withdrawn);
+            }
+            change.events.push(NewEvent::new(EventKind::TurnFinished, data));
             Ok(())
         },
         release,

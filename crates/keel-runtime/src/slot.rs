@@ -231,6 +231,9 @@ impl SessionSlot {
             crate::faults::crash_if(&event.kind);
         }
         self.replace_state(next);
+        for event in &events {
+            crate::faults::hold_if(&event.kind).await;
+        }
         committed();
         self.publish_events(&events);
         Ok(events)

@@ -95,15 +95,73 @@ pub const MACHINE_ID_FILE: &str = "machine-id";
 
 /// The id of this state directory's machine, made once: run archives and
 /// ownership records name the keel that wrote them by it.
+///
+/// Made at most once and written atomically: under an exclusive lock on the
+/// directory itself (so concurrent first calls, in threads or processes,
+/// agree on one id), the id is written to a temporary file, fsynced and
+/// renamed into place. A reader never sees half an id. An empty or blank
+/// file (left by a crash mid-write of an older keel) is replaced.
 pub fn machine_id(dir: &Path) -> Result<String> {
     let path = dir.join(MACHINE_ID_FILE);
-    if let Ok(id) = std::fs::read_to_string(&path)
-        && !id.trim().is_empty()
-    {
-        return Ok(id.trim().to_string());
+    let failed = |e: std::io::Error| RuntimeError::Config(format!("cannot write {}: {e}", path.display()));
+    if let Some(id) = read_machine_id(&path) {
+        return Ok(id);
+    }
+    let guard = File::open(dir).map_err(failed)?;
+    guard.lock().map_err(failed)?;
+    if let Some(id) = read_machine_id(&path) {
+        return Ok(id);
     }
     let id = keel_protocol::ids::new_id("mch");
-    std::fs::write(&path, format!("{id}\n"))
-        .map_err(|e| RuntimeError::Config(format!("cannot write {}: {e}", path.display())))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(failed)?;
+    tmp.write_all(format!("{id}\n").as_bytes()).map_err(failed)?;
+    tmp.as_file().sync_all().map_err(failed)?;
+    tmp.persist(&path).map_err(|e| failed(e.error))?;
+    let _ = guard.sync_all();
     Ok(id)
+}
+
+fn read_machine_id(path: &Path) -> Option<String> {
+    let id = std::fs::read_to_string(path).ok()?;
+    let id = id.trim();
+    (!id.is_empty()).then(|| id.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_machine_id_is_made_once_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = machine_id(dir.path()).unwrap();
+        assert!(first.starts_with("mch_"), "{first}");
+        assert_eq!(std::fs::read_to_string(dir.path().join(MACHINE_ID_FILE)).unwrap(), format!("{first}\n"));
+        assert_eq!(machine_id(dir.path()).unwrap(), first, "reused across restarts");
+        let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(entries, [std::ffi::OsString::from(MACHINE_ID_FILE)], "no temporary file left behind");
+    }
+
+    #[test]
+    fn an_empty_machine_id_file_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(MACHINE_ID_FILE), " \n").unwrap();
+        let id = machine_id(dir.path()).unwrap();
+        assert!(id.starts_with("mch_"), "{id}");
+        assert_eq!(machine_id(dir.path()).unwrap(), id);
+    }
+
+    #[test]
+    fn concurrent_first_calls_agree_on_one_id() {
+        for _ in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let ids: Vec<String> = std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..8).map(|_| scope.spawn(|| machine_id(dir.path()).unwrap())).collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert!(ids.windows(2).all(|w| w[0] == w[1]), "{ids:?}");
+            assert_eq!(std::fs::read_to_string(dir.path().join(MACHINE_ID_FILE)).unwrap().trim(), ids[0]);
+        }
+    }
 }

@@ -183,13 +183,18 @@ fn apply(conn: &Connection, change: &Change) -> Result<Vec<Event>> {
         .map_err(backend)?;
     }
     for c in &change.tool_calls {
-        conn.prepare_cached(
-            "INSERT INTO tool_calls (session_id, call_id, turn_id, name, arguments, status, output, is_error, started_at_ms, finished_at_ms)
+        // A ledger row is one call's: an update from another turn or tool
+        // (a provider reusing a call id that slipped past keel's own ids)
+        // changes no row and is refused below, never merged into it.
+        let written = conn
+            .prepare_cached(
+                "INSERT INTO tool_calls (session_id, call_id, turn_id, name, arguments, status, output, is_error, started_at_ms, finished_at_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
              ON CONFLICT (session_id, call_id) DO UPDATE SET status = excluded.status, output = excluded.output,
-                is_error = excluded.is_error, finished_at_ms = excluded.finished_at_ms",
-        )
-        .and_then(|mut st| {
+                is_error = excluded.is_error, finished_at_ms = excluded.finished_at_ms
+             WHERE tool_calls.turn_id = excluded.turn_id AND tool_calls.name = excluded.name",
+            )
+            .and_then(|mut st| {
             st.execute(params![
                 c.session_id,
                 c.call_id,
@@ -202,8 +207,14 @@ fn apply(conn: &Connection, change: &Change) -> Result<Vec<Event>> {
                 c.started_at_ms,
                 c.finished_at_ms,
             ])
-        })
-        .map_err(backend)?;
+            })
+            .map_err(backend)?;
+        if written != 1 {
+            return Err(StoreError::Rejected(format!(
+                "the effect ledger already holds call {} of another turn or tool; refusing to overwrite it with turn {}'s {}",
+                c.call_id, c.turn_id, c.name
+            )));
+        }
     }
     for i in &change.interactions {
         let status = serde_json::to_value(i.status).map_err(|e| StoreError::Backend(e.to_string()))?;

@@ -111,3 +111,43 @@ async fn reopening_keeps_everything_and_read_only_cannot_write() {
     assert_eq!(reader.session("s1".into()).await.unwrap().map(|s| s.id), Some("s1".to_string()));
     assert!(matches!(reader.commit(create("s2")).await, Err(StoreError::ReadOnly)));
 }
+
+fn ledger_row(call_id: &str, turn_id: &str, status: keel_protocol::ToolCallStatus) -> keel_protocol::session::ToolCallInfo {
+    keel_protocol::session::ToolCallInfo {
+        session_id: "s1".into(),
+        call_id: call_id.into(),
+        turn_id: turn_id.into(),
+        name: "shell.run".into(),
+        arguments: "{}".into(),
+        status,
+        output: None,
+        is_error: false,
+        started_at_ms: 1,
+        finished_at_ms: None,
+    }
+}
+
+/// A provider that reuses call ids must never make one call's ledger row
+/// stand for another's: that once hid a dispatched side effect from
+/// recovery. The same call moving through its statuses is fine.
+#[tokio::test]
+async fn a_ledger_row_is_never_overwritten_by_another_turns_call() {
+    use keel_protocol::ToolCallStatus;
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    store.commit(create("s1")).await.unwrap();
+    for status in [ToolCallStatus::Intended, ToolCallStatus::Started, ToolCallStatus::Completed] {
+        let mut change = Change::new("s1").event(EventKind::ToolCallStarted, json!({}));
+        change.tool_calls.push(ledger_row("call_1", "turn_a", status));
+        store.commit(change).await.unwrap();
+    }
+    let mut change = Change::new("s1").event(EventKind::ToolCallStarted, json!({}));
+    change.tool_calls.push(ledger_row("call_1", "turn_b", ToolCallStatus::Started));
+    let refused = store.commit(change).await.unwrap_err();
+    assert!(matches!(&refused, StoreError::Rejected(m) if m.contains("call_1")), "{refused}");
+    let ledger = store.tool_calls("s1".into(), None).await.unwrap();
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0].turn_id, "turn_a");
+    assert_eq!(ledger[0].status, ToolCallStatus::Completed, "untouched by the refused change");
+    assert_eq!(store.last_seq("s1".into()).await.unwrap(), 4, "the refused change burnt no seq");
+}

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use keel_runtime::archive::Archive;
-use keel_runtime::{Inspector, Runtime, RuntimeConfig};
+use keel_runtime::{Runtime, RuntimeConfig};
 
 #[derive(clap::Args)]
 pub struct ExportArgs {
@@ -13,6 +13,9 @@ pub struct ExportArgs {
     session: String,
     /// The archive file to write.
     file: PathBuf,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -22,12 +25,20 @@ pub struct ImportArgs {
     /// The folder the session works in here (default: the recorded one).
     #[arg(long)]
     workspace: Option<String>,
+    /// Print the imported session as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Reads the state directory read-only, so it works beside `keel serve`.
 pub async fn export(state: PathBuf, args: ExportArgs) -> anyhow::Result<ExitCode> {
-    let inspector = Inspector::open(&state)?;
+    let inspector = crate::cmd::inspect::open_for(&state, &args.session)?;
     let records = inspector.export(&args.session, &args.file).await?;
+    if args.json {
+        let out = serde_json::json!({"session": args.session, "file": args.file, "records": records});
+        println!("{out}");
+        return Ok(ExitCode::SUCCESS);
+    }
     println!("exported {} records of session {} to {}", records, args.session, args.file.display());
     Ok(ExitCode::SUCCESS)
 }
@@ -39,6 +50,10 @@ pub async fn import(state: PathBuf, args: ImportArgs) -> anyhow::Result<ExitCode
     let imported = runtime.import_archive(&archive, args.workspace.as_deref()).await;
     runtime.shutdown().await;
     let session = imported?;
+    if args.json {
+        println!("{}", serde_json::to_string(&serde_json::json!({"session": session}))?);
+        return Ok(ExitCode::SUCCESS);
+    }
     println!("imported session {} ({}) into {}", session.id, session.name, state.display());
     Ok(ExitCode::SUCCESS)
 }

@@ -7,7 +7,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use keel_runtime::Inspector;
 use keel_runtime::audit::{AuditEntry, AuditFilter, Decider, Outcome, audit};
 use keel_store_sqlite::SqliteStore;
 use serde_json::Value;
@@ -41,7 +40,7 @@ pub struct Args {
 }
 
 pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
-    let session = Inspector::open(&state)?.find(&args.session).await?;
+    let session = crate::cmd::inspect::open_for(&state, &args.session)?.find(&args.session).await?;
     let store = SqliteStore::open_read_only(&state)?;
     let filter = AuditFilter {
         tool: args.tool,

@@ -42,6 +42,9 @@ pub struct DecideArgs {
     /// failed).
     #[arg(long)]
     decision: Option<String>,
+    /// Print the server's answer as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -53,6 +56,9 @@ pub struct MsgArgs {
     /// Idempotency key; a new one by default.
     #[arg(long)]
     submission_id: Option<String>,
+    /// Print the server's answer as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 async fn call(state: &Path, method: &str, params: Value) -> anyhow::Result<Value> {
@@ -124,6 +130,10 @@ pub async fn decide(state: PathBuf, args: DecideArgs, approve: bool) -> anyhow::
         "message": args.message,
     });
     let result = call(&state, "interaction/respond", params).await?;
+    if args.json {
+        println!("{}", serde_json::to_string(&result)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     match result["status"].as_str() {
         Some("reasked") => println!(
             "the policy or bundle changed since the question, so keel asks again as {}; answer that one",
@@ -138,6 +148,10 @@ pub async fn msg(state: PathBuf, args: MsgArgs) -> anyhow::Result<ExitCode> {
     let submission_id = args.submission_id.unwrap_or_else(|| keel_protocol::ids::new_id("msg"));
     let params = json!({ "session_id": args.session, "submission_id": submission_id, "text": args.text.join(" ") });
     let result = call(&state, "turn/steer", params).await?;
+    if args.json {
+        println!("{}", serde_json::to_string(&result)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     let note = if result["duplicate"] == true { " (already delivered earlier)" } else { "" };
     println!("message for turn {} accepted{note}", result["turn_id"].as_str().unwrap_or("?"));
     Ok(ExitCode::SUCCESS)

@@ -48,6 +48,17 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     ));
     checks.push(sandbox_check().await);
     checks.push(model_check());
+    // Remote providers are informational: not configuring one is fine (the
+    // local model works offline), so they never fail the doctor.
+    for status in crate::providers::remote_status() {
+        let name = format!("provider {}", status.providers.join(", "));
+        let detail = match (status.configured(), status.has_key) {
+            (true, true) => format!("configured: {} is set, requests go to {}", status.key_var, status.base_url),
+            (true, false) => format!("configured without a key: requests go to {}", status.base_url),
+            (false, _) => format!("not configured ({} is not set)", status.key_var),
+        };
+        checks.push(check(name, true, detail, None));
+    }
     for dir in &args.bundle {
         let bundle = match Bundle::load(dir) {
             Ok(bundle) => bundle,
@@ -153,13 +164,18 @@ async fn sandbox_check() -> Check {
 #[cfg(feature = "local")]
 fn model_check() -> Check {
     let dir = keel_provider_local::LocalConfig::from_env().models_dir;
+    // Shown absolute: a relative KEEL_MODELS_DIR is relative to the
+    // current folder, which is easy to miss.
+    let dir = std::path::absolute(&dir).unwrap_or(dir);
     let file = dir.join(keel_provider_local::SMOLLM2_FILE);
     let ok = file.is_file();
     check(
         "local model",
         ok,
         if ok { file.display().to_string() } else { format!("{} is missing", file.display()) },
-        (!ok).then_some("run scripts/fetch-model (or set KEEL_MODELS_DIR)"),
+        (!ok).then_some(
+            "run scripts/setup or scripts/fetch-model in keel's checkout (they fill the XDG data folder), or set KEEL_MODELS_DIR to the folder holding the model",
+        ),
     )
 }
 

@@ -39,9 +39,37 @@ pub struct EventsArgs {
     follow: bool,
 }
 
+/// Whether `state` holds a keel database at all. A state directory that
+/// keel never wrote to has no sessions yet: not an error.
+pub fn has_database(state: &std::path::Path) -> bool {
+    state.join("runtime.sqlite3").is_file()
+}
+
+/// Opens `state` to read the session `wanted`, with a plain "no such
+/// session" when the state directory has none at all.
+pub fn open_for(state: &std::path::Path, wanted: &str) -> anyhow::Result<Inspector> {
+    if !has_database(state) {
+        return Err(keel_runtime::RuntimeError::NotFound { what: "session", id: wanted.to_string() })
+            .map_err(|e| anyhow::anyhow!("{e}: {} has no sessions yet", state.display()));
+    }
+    Ok(Inspector::open(state)?)
+}
+
 pub async fn sessions(state: PathBuf, args: SessionsArgs) -> anyhow::Result<ExitCode> {
+    if !has_database(&state) {
+        if args.json {
+            println!("[]");
+        } else {
+            eprintln!("keel: no sessions yet in {}", state.display());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let inspector = Inspector::open(&state)?;
     let sessions = inspector.sessions().await?;
+    if sessions.is_empty() && !args.json {
+        eprintln!("keel: no sessions yet in {}", state.display());
+        return Ok(ExitCode::SUCCESS);
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&sessions)?);
         return Ok(ExitCode::SUCCESS);
@@ -77,7 +105,7 @@ pub async fn show(state: PathBuf, args: ShowArgs) -> anyhow::Result<ExitCode> {
         let archive = if is_archive {
             crate::cmd::archive::read(std::path::Path::new(&args.session))?
         } else {
-            Inspector::open(&state)?.archive(&args.session).await?
+            open_for(&state, &args.session)?.archive(&args.session).await?
         };
         let point = match args.at {
             Some(seq) => archive.materialize(seq)?,
@@ -85,7 +113,7 @@ pub async fn show(state: PathBuf, args: ShowArgs) -> anyhow::Result<ExitCode> {
         };
         return show_point(&point, args.json);
     }
-    let inspector = Inspector::open(&state)?;
+    let inspector = open_for(&state, &args.session)?;
     let snapshot = inspector.snapshot(&args.session).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&snapshot)?);
@@ -138,8 +166,9 @@ pub async fn show(state: PathBuf, args: ShowArgs) -> anyhow::Result<ExitCode> {
         );
     }
     println!("history");
+    let names = qualified_names(&s.coworker_spec);
     for (index, item) in snapshot.history.iter().enumerate() {
-        println!("  {index:>4}  {}", describe(item));
+        println!("  {index:>4}  {}", describe(item, &names));
     }
     println!(
         "attempts  {} ({} failed)",
@@ -181,26 +210,44 @@ fn show_point(point: &keel_runtime::archive::RunState, json: bool) -> anyhow::Re
         println!("owner     machine {} process {} ({})", owner.machine_id, owner.process_id, owner.instance_id);
     }
     println!("history");
+    let names = qualified_names(&s.coworker_spec);
     for (index, item) in point.history.iter().enumerate() {
-        println!("  {index:>4}  {}", describe(item));
+        println!("  {index:>4}  {}", describe(item, &names));
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn describe(item: &Item) -> String {
+/// Model-visible tool names (`fs__write_file`) back to the qualified names
+/// bundles and docs use (`fs.write_file`), from the session's pinned tools.
+fn qualified_names(spec: &serde_json::Value) -> std::collections::HashMap<String, String> {
+    spec["tool_digests"]
+        .as_object()
+        .into_iter()
+        .flat_map(|tools| tools.keys())
+        .map(|qualified| {
+            let (server, tool) = keel_tools::split_qualified(qualified);
+            (keel_tools::naming::model_visible_name(server, tool), qualified.clone())
+        })
+        .collect()
+}
+
+fn describe(item: &Item, names: &std::collections::HashMap<String, String>) -> String {
     let one_line = |text: &str| truncate(&text.replace('\n', " "), 100);
     match item {
         Item::Message { role, runtime_notice, .. } => {
             let who = if runtime_notice.is_some() { "runtime".to_string() } else { format!("{role:?}").to_lowercase() };
             format!("{who:<9} {}", one_line(&item.message_text().unwrap_or_default()))
         }
-        Item::FunctionCall { name, arguments, .. } => format!("call      {name}({})", one_line(arguments)),
+        Item::FunctionCall { name, arguments, .. } => {
+            let name = names.get(name).unwrap_or(name);
+            format!("call      {name}({})", one_line(arguments))
+        }
         Item::FunctionCallOutput { output, .. } => format!("output    {}", one_line(output)),
     }
 }
 
 pub async fn events(state: PathBuf, args: EventsArgs) -> anyhow::Result<ExitCode> {
-    let inspector = Inspector::open(&state)?;
+    let inspector = open_for(&state, &args.session)?;
     let session = inspector.find(&args.session).await?;
     let mut after = args.after;
     loop {

@@ -6,7 +6,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use keel_runtime::Inspector;
 use keel_runtime::replay::{Recording, ReplayReport, replay};
 
 #[derive(clap::Args)]
@@ -25,7 +24,7 @@ pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
         let (events, compactions) = keel_runtime::archive::journal_events(&archive);
         Recording::read(state.session, &events, &compactions)
     } else {
-        let inspector = Inspector::open(&state)?;
+        let inspector = crate::cmd::inspect::open_for(&state, &args.session)?;
         let session = inspector.find(&args.session).await?;
         let events = inspector.all_events(&session.id).await?;
         let compactions = inspector.compactions(&session.id).await?;

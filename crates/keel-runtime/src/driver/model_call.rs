@@ -323,7 +323,7 @@ impl TurnRun<'_> {
         };
         self.observe_attempt(span, &attempt, &outcome, elapsed, &provider_label, &request.model);
         if !matches!(outcome, Outcome::Completed(_)) {
-            self.commit_attempt(attempt, Vec::new(), None).await?;
+            self.commit_attempt(attempt, Vec::new(), None, Vec::new()).await?;
         } else {
             self.pending_attempt = Some(attempt);
         }
@@ -460,34 +460,49 @@ impl TurnRun<'_> {
 
     /// Records a completed response with the history it adds and decides
     /// what follows.
-    async fn decide(&mut self, response: ModelResponse, step: u32) -> Result<Next> {
+    async fn decide(&mut self, mut response: ModelResponse, step: u32) -> Result<Next> {
         let Some(attempt) = self.pending_attempt.take() else {
             return Ok(Next::CallModel);
         };
+        // Provider call ids are untrusted: the ledger keys on keel's own.
+        let renamed = keel_core::call_ids::assign_call_ids(
+            &mut response.items,
+            keel_core::call_ids::call_ids_in(&self.history),
+            self.turn_id,
+            step,
+        );
         let continuations = self.slot.state().turn.map(|t| t.continuations).unwrap_or(0);
         let (decision, continued) = if response.finish == FinishReason::Length {
             after_output_limit(response.items, step, continuations, self.limits)
         } else {
             (after_model(response.items, step, self.limits), false)
         };
-        self.commit_attempt(attempt, decision.append, Some((step, continued))).await?;
+        self.commit_attempt(attempt, decision.append, Some((step, continued)), renamed).await?;
         Ok(decision.next)
     }
 
     /// Commits an attempt's outcome; a completed one with the items it adds
-    /// to history, its step, and whether it continued a cut answer.
+    /// to history, its step, and whether it continued a cut answer; `renamed`
+    /// lists provider call ids keel replaced (journaled with the attempt).
     async fn commit_attempt(
         &mut self,
         attempt: AttemptInfo,
         items: Vec<Item>,
         completed: Option<(u32, bool)>,
+        renamed: Vec<keel_core::call_ids::RenamedCall>,
     ) -> Result<()> {
         let usage = attempt.usage;
         let items: Vec<Item> = items.into_iter().map(crate::secrets::redact_item).collect();
-        let finished = json!({
+        let mut finished = json!({
             "turn_id": attempt.turn_id, "attempt_id": attempt.id, "attempt": attempt.attempt, "status": attempt.status,
             "usage": attempt.usage, "finish_reason": attempt.finish_reason, "error": attempt.error,
         });
+        if !renamed.is_empty() {
+            finished["renamed_calls"] = renamed
+                .iter()
+                .map(|r| json!({"provider_call_id": r.provider_call_id, "call_id": r.call_id}))
+                .collect();
+        }
         let added = items.clone();
         let turn_id = self.turn_id;
         self.slot
