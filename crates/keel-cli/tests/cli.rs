@@ -5,7 +5,7 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use keel_testkit::{MockServer, Reply};
 use serde_json::{Value, json};
@@ -282,4 +282,233 @@ fn the_published_bundle_schema_matches_the_code() {
     let generated: Value = serde_json::from_slice(&output.stdout).unwrap();
     let published: Value = serde_json::from_str(&published).unwrap();
     assert_eq!(generated, published, "regenerate docs/bundle.schema.json with `keel validate --schema`");
+}
+
+/// A fresh folder to run in and a state directory beside it, both outside
+/// the repository (keel refuses a state directory inside the workspace).
+fn outside_the_repo(dir: &tempfile::TempDir) -> (std::path::PathBuf, std::path::PathBuf) {
+    let cwd = dir.path().join("cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
+    (cwd, dir.path().join("state"))
+}
+
+/// `keel run` with no `--bundle`, `--coworker` or `--workspace`, from `cwd`,
+/// scripted to write `hello.txt` and answer "done".
+async fn run_builtin_writing_hello(state: &std::path::Path, cwd: &std::path::Path) -> (MockServer, Output) {
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::tool_call("c1", "fs__write_file", r#"{"path":"hello.txt","content":"hi"}"#));
+    mock.push(Reply::text("done"));
+    let output = keel(state, &mock.base_url())
+        .current_dir(cwd)
+        .args(["run", "--model", "openai-chat:m", "say hi in hello.txt"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (mock, output)
+}
+
+fn session_ids(state: &std::path::Path) -> Vec<String> {
+    let listing = keel(state, "http://127.0.0.1:9/v1").args(["sessions", "--json"]).output().unwrap();
+    assert!(listing.status.success(), "{}", String::from_utf8_lossy(&listing.stderr));
+    let sessions: Value = serde_json::from_slice(&listing.stdout).unwrap();
+    sessions.as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_no_bundle_uses_the_builtin_assistant_in_the_current_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cwd, state) = outside_the_repo(&dir);
+    let (mock, output) = run_builtin_writing_hello(&state, &cwd).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "done");
+    assert_eq!(std::fs::read_to_string(cwd.join("hello.txt")).unwrap(), "hi", "the workspace is the current folder");
+    assert!(stderr.contains("keel: -> fs.write_file("), "tools are reported by qualified name: {stderr}");
+    assert!(!stderr.contains("fs__write_file"), "{stderr}");
+    // The compiled-in bundle, written under the state directory.
+    let example = std::fs::read_to_string(support::example_bundle().join("keel.toml")).unwrap();
+    assert_eq!(std::fs::read_to_string(state.join("builtin/assistant/keel.toml")).unwrap(), example);
+    let first = mock.requests()[0].json.clone().unwrap();
+    assert_eq!(first["model"], "m");
+    assert!(first.to_string().contains("You are a careful assistant"), "the built-in instructions: {first}");
+    let ids = session_ids(&state);
+    assert_eq!(ids.len(), 1);
+    let shown = keel(&state, "http://127.0.0.1:9/v1").args(["show", &ids[0], "--json"]).output().unwrap();
+    let snapshot: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(snapshot["session"]["coworker"], "assistant-example");
+    assert_eq!(snapshot["session"]["workspace"], cwd.canonicalize().unwrap().display().to_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_names_tools_as_bundles_do_and_export_import_speak_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cwd, state) = outside_the_repo(&dir);
+    let (_mock, output) = run_builtin_writing_hello(&state, &cwd).await;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let id = session_ids(&state).remove(0);
+
+    let shown = keel(&state, "http://127.0.0.1:9/v1").args(["show", &id]).output().unwrap();
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));
+    assert!(text.contains("call      fs.write_file("), "{text}");
+    assert!(!text.contains("fs__write_file"), "{text}");
+
+    let file = dir.path().join("run.keel");
+    let exported =
+        keel(&state, "http://127.0.0.1:9/v1").args(["export", &id]).arg(&file).arg("--json").output().unwrap();
+    assert!(exported.status.success(), "{}", String::from_utf8_lossy(&exported.stderr));
+    let stdout = String::from_utf8_lossy(&exported.stdout);
+    assert_eq!(stdout.trim().lines().count(), 1, "one JSON object: {stdout}");
+    let summary: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(summary["session"], id.as_str());
+    assert!(summary["records"].as_u64().unwrap() > 0, "{summary}");
+
+    let other = dir.path().join("other-state");
+    let imported = keel(&other, "http://127.0.0.1:9/v1").arg("import").arg(&file).arg("--json").output().unwrap();
+    assert!(imported.status.success(), "{}", String::from_utf8_lossy(&imported.stderr));
+    let result: Value = serde_json::from_slice(&imported.stdout).unwrap();
+    assert_eq!(result["session"]["id"], id.as_str());
+    assert_eq!(session_ids(&other), [id]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_reads_a_dash_task_from_stdin_and_prints_events_as_json_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cwd, state) = outside_the_repo(&dir);
+    let mock = MockServer::start().await.unwrap();
+    let answer = "The folder is empty.";
+    mock.push(Reply::text(answer));
+    let mut child = keel(&state, &mock.base_url())
+        .current_dir(&cwd)
+        .args(["run", "--json", "--model", "openai-chat:m", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let task = "Describe this folder.\nThe task came through a pipe.";
+    child.stdin.take().unwrap().write_all(task.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let body = String::from_utf8_lossy(&mock.requests()[0].body).into_owned();
+    assert!(body.contains("The task came through a pipe."), "the task from stdin reaches the model: {body}");
+    let events: Vec<Value> =
+        stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect();
+    assert!(!events.is_empty());
+    let ids = session_ids(&state);
+    for event in &events {
+        assert!(event["seq"].is_u64() && event["kind"].is_string(), "{event}");
+        assert_eq!(event["session_id"], ids[0].as_str(), "{event}");
+    }
+    let finished = events.iter().find(|e| e["kind"] == "turn_finished").expect("a turn_finished event");
+    assert_eq!(finished["data"]["status"], "completed");
+    assert!(!stdout.lines().any(|l| l.trim() == answer), "the answer is not printed raw: {stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_refuses_a_vendor_model_without_its_key_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cwd, state) = outside_the_repo(&dir);
+    // Any request (straight or through a proxy) would land here, never on
+    // the real vendor: reqwest honours the proxy variables.
+    let trap = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    trap.set_nonblocking(true).unwrap();
+    let proxy = format!("http://{}", trap.local_addr().unwrap());
+    let output = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--state")
+        .arg(&state)
+        .current_dir(&cwd)
+        .args(["run", "--model", "openai:gpt-5", "hello"])
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("KEEL_STATE_DIR")
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .env("HTTPS_PROXY", &proxy)
+        .env("https_proxy", &proxy)
+        .env("ALL_PROXY", &proxy)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("OPENAI_API_KEY"), "{stderr}");
+    assert!(stderr.contains("https://api.openai.com/v1"), "{stderr}");
+    assert!(matches!(trap.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock), "nothing was sent");
+    assert!(session_ids(&state).is_empty(), "no session was created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_or_missing_state_directory_has_no_sessions_yet() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    // A state directory keel has opened, with no session in it.
+    let opened = dir.path().join("opened");
+    let served = keel(&opened, "http://127.0.0.1:9/v1")
+        .args(["serve", "--stdio", "--bundle"])
+        .arg(support::example_bundle())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(served.status.success(), "{}", String::from_utf8_lossy(&served.stderr));
+    assert!(opened.join("runtime.sqlite3").is_file());
+    for state in [&missing, &empty, &opened] {
+        let json = keel(state, "http://127.0.0.1:9/v1").args(["sessions", "--json"]).output().unwrap();
+        assert!(json.status.success(), "{}: {}", state.display(), String::from_utf8_lossy(&json.stderr));
+        let listed: Value = serde_json::from_slice(&json.stdout).unwrap();
+        assert_eq!(listed, json!([]), "{}", state.display());
+        let human = keel(state, "http://127.0.0.1:9/v1").arg("sessions").output().unwrap();
+        let stderr = String::from_utf8_lossy(&human.stderr);
+        assert!(human.status.success(), "{}: {stderr}", state.display());
+        assert!(stderr.contains("no sessions yet"), "{}: {stderr}", state.display());
+    }
+    for state in [&missing, &empty] {
+        let shown = keel(state, "http://127.0.0.1:9/v1").args(["show", "nope"]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&shown.stderr);
+        assert_eq!(shown.status.code(), Some(1), "{}: {stderr}", state.display());
+        assert!(stderr.contains("no sessions yet"), "{stderr}");
+        assert!(!stderr.contains("storage failed"), "{stderr}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msg_and_deny_print_the_servers_answer_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = support::workspace(&dir);
+    let state = dir.path().join("state");
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::tool_call("c1", "shell__run", r#"{"command": "touch asked.txt"}"#));
+    mock.push(Reply::text("done"));
+    let served = support::Keel::start_with(&state, &mock.base_url(), &support::example_bundle(), &[]).unwrap();
+    let mut client = served.client().await.unwrap();
+    let id = client.create_session(&ws).await.unwrap();
+    client.ok("events/subscribe", json!({"session_id": id})).await.unwrap();
+    let started =
+        client.ok("turn/start", json!({"session_id": id, "submission_id": "s1", "text": "make a file"})).await.unwrap();
+    let events = client.events_until("turn_waiting").await.unwrap();
+    let asked = events.iter().find(|e| e["kind"] == "interaction_requested").unwrap();
+    let interaction = asked["data"]["interaction"]["id"].as_str().unwrap().to_string();
+
+    let cli = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_keel")).arg("--state").arg(&state).args(args).output().unwrap();
+        assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice::<Value>(&output.stdout)
+            .unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {}", String::from_utf8_lossy(&output.stdout)))
+    };
+    // `--json` goes before the text: the text takes every argument after it.
+    let steered = cli(&["msg", "--json", &id, "Keep", "it", "short."]);
+    assert_eq!(steered["turn_id"], started["turn_id"]);
+    assert_eq!(steered["duplicate"], false);
+    let denied = cli(&["deny", &id, &interaction, "--message", "not today", "--json"]);
+    assert_eq!(denied["status"], "applied", "{denied}");
+    assert_eq!(denied["interaction"]["id"], interaction.as_str(), "{denied}");
+
+    let events = client.events_until("turn_finished").await.unwrap();
+    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+    assert!(!ws.join("asked.txt").exists());
+    let second = String::from_utf8_lossy(&mock.requests()[1].body).into_owned();
+    assert!(second.contains("Keep it short.") && second.contains("not today"), "{second}");
 }
