@@ -471,7 +471,10 @@ async fn questions_of_a_cancelled_turn_are_withdrawn_in_the_journal_and_the_inbo
         let record = snapshot["interactions"].as_array().unwrap().iter().find(|i| i["id"] == question).unwrap();
         assert_eq!(record["status"], "withdrawn");
         let late = client
-            .call("interaction/respond", json!({"session_id": id, "interaction_id": question, "decision": "allow_once"}))
+            .call(
+                "interaction/respond",
+                json!({"session_id": id, "interaction_id": question, "decision": "allow_once"}),
+            )
             .await
             .unwrap()
             .unwrap_err();

@@ -512,3 +512,47 @@ async fn msg_and_deny_print_the_servers_answer_as_json() {
     let second = String::from_utf8_lossy(&mock.requests()[1].body).into_owned();
     assert!(second.contains("Keep it short.") && second.contains("not today"), "{second}");
 }
+
+/// The demo's default task, exactly as `scripts/demo` runs it: `keel run`
+/// with no flags, the built-in coworker and the offline default model
+/// (SmolLM2-135M, greedy, so every run is the same run). The file must be
+/// in the workspace: a coworker that only says it wrote it fails. Before
+/// the tool-choice format matched what the model was trained on, the model
+/// answered "Hello, World! ... in the `hello.txt` directory" and wrote
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_task_is_done_by_the_offline_default_model() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let demo = std::fs::read_to_string(repo.join("scripts/demo")).unwrap();
+    let task = demo
+        .lines()
+        .find_map(|line| line.strip_prefix("default_task=\""))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .expect("scripts/demo sets default_task")
+        .to_string();
+    let fetched = Command::new(repo.join("scripts/fetch-model")).output().unwrap();
+    assert!(fetched.status.success(), "{}", String::from_utf8_lossy(&fetched.stderr));
+    let model = String::from_utf8_lossy(&fetched.stdout).trim().to_string();
+    let models_dir = std::path::Path::new(&model).parent().unwrap().to_path_buf();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = support::workspace(&dir);
+    let output = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("--state")
+        .arg(dir.path().join("state"))
+        .arg("run")
+        .arg(&task)
+        .current_dir(&ws)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .env("KEEL_MODELS_DIR", &models_dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("-> fs.write_file("), "{stderr}");
+    let written = std::fs::read_to_string(ws.join("hello.txt")).unwrap_or_default();
+    assert!(!written.trim().is_empty(), "hello.txt was not written; stderr:\n{stderr}");
+    assert!(!String::from_utf8_lossy(&output.stdout).trim().is_empty(), "the model answered");
+}

@@ -435,7 +435,8 @@ async fn a_restart_keeps_a_partial_attempt_a_compaction_question_and_an_approval
         .unwrap();
     client.events_until("turn_waiting").await.unwrap();
     let snapshot = client.ok("session/get", json!({"session_id": compacting})).await.unwrap();
-    let compaction_q = snapshot["interactions"].as_array().unwrap().iter().find(|i| i["kind"] == "compaction").unwrap().clone();
+    let compaction_q =
+        snapshot["interactions"].as_array().unwrap().iter().find(|i| i["kind"] == "compaction").unwrap().clone();
 
     // 2. The approval, in a second session (the example coworker asks
     // before commands outside its read-only list).
@@ -447,7 +448,8 @@ async fn a_restart_keeps_a_partial_attempt_a_compaction_question_and_an_approval
     client.ok("turn/start", json!({"session_id": approving, "submission_id": "a1", "text": "go"})).await.unwrap();
     client.events_until("turn_waiting").await.unwrap();
     let snapshot = client.ok("session/get", json!({"session_id": approving})).await.unwrap();
-    let approval = snapshot["interactions"].as_array().unwrap().iter().find(|i| i["kind"] == "approval").unwrap().clone();
+    let approval =
+        snapshot["interactions"].as_array().unwrap().iter().find(|i| i["kind"] == "approval").unwrap().clone();
     assert_eq!(approval["status"], "pending");
 
     // 3. A failed attempt with partial text, then a retry that hangs: the
@@ -490,7 +492,8 @@ async fn a_restart_keeps_a_partial_attempt_a_compaction_question_and_an_approval
     assert_eq!(c["attempts"][1]["status"], "abandoned");
     assert!(!c["history"].to_string().contains("partial words"), "never in history");
     let inbox = client.ok("inbox/list", json!({})).await.unwrap();
-    let mut ids: Vec<&str> = inbox["interactions"].as_array().unwrap().iter().map(|i| i["id"].as_str().unwrap()).collect();
+    let mut ids: Vec<&str> =
+        inbox["interactions"].as_array().unwrap().iter().map(|i| i["id"].as_str().unwrap()).collect();
     ids.sort();
     let mut expected = vec![compaction_q["id"].as_str().unwrap(), approval["id"].as_str().unwrap()];
     expected.sort();

@@ -227,12 +227,8 @@ async fn a_provider_reusing_call_ids_across_turns_cannot_make_a_call_run_twice()
     let last = String::from_utf8_lossy(&mock.requests().last().unwrap().body).into_owned();
     let body: Value = serde_json::from_str(&last).unwrap();
     let messages = body["messages"].as_array().unwrap();
-    let call_ids: Vec<&str> = messages
-        .iter()
-        .filter_map(|m| m["tool_calls"].as_array())
-        .flatten()
-        .filter_map(|c| c["id"].as_str())
-        .collect();
+    let call_ids: Vec<&str> =
+        messages.iter().filter_map(|m| m["tool_calls"].as_array()).flatten().filter_map(|c| c["id"].as_str()).collect();
     assert_eq!(call_ids.len(), 2, "{call_ids:?}");
     assert_ne!(call_ids[0], call_ids[1], "distinct on the wire too");
     for id in &call_ids {

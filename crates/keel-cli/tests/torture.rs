@@ -122,8 +122,7 @@ struct SeenQuestion {
 /// The `effect_N` label in a counter command's arguments.
 fn effect_label(arguments: &str) -> Option<String> {
     let start = arguments.find("effect_")?;
-    let label: String =
-        arguments[start..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+    let label: String = arguments[start..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
     Some(label)
 }
 

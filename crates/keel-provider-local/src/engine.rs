@@ -31,7 +31,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::error::{LocalError, Result};
 use crate::prompt::ChatTurn;
-use crate::text_stream::{AnswerStream, Utf8Stream};
+use crate::text_stream::Utf8Stream;
 
 /// Prompt tokens decoded per llama.cpp call; between calls the loop checks
 /// for cancellation.
@@ -107,8 +107,8 @@ pub fn load_model(path: &Path) -> Result<Arc<LoadedModel>> {
 pub enum DeltaMode {
     /// Every piece of text as generated.
     Plain,
-    /// Only the content of an `{"answer": ...}` reply.
-    Answer,
+    /// Nothing (a grammar-constrained tool choice).
+    Silent,
 }
 
 /// One generation to run.
@@ -194,7 +194,6 @@ pub fn generate(job: &Job, deltas: &UnboundedSender<String>) -> Result<Generatio
 
     let vocab = model.vocab();
     let mut utf8 = Utf8Stream::default();
-    let mut answer = AnswerStream::default();
     let mut text = String::new();
     let mut output_tokens = 0usize;
     let mut position = tokens.len() as i32;
@@ -211,7 +210,7 @@ pub fn generate(job: &Job, deltas: &UnboundedSender<String>) -> Result<Generatio
         }
         output_tokens += 1;
         let piece = utf8.push(&vocab.token_to_piece(token, false, None));
-        emit(&piece, job.delta_mode, &mut answer, deltas);
+        emit(&piece, job.delta_mode, deltas);
         text.push_str(&piece);
         if output_tokens >= max_output as usize {
             break Ending::Length;
@@ -220,7 +219,7 @@ pub fn generate(job: &Job, deltas: &UnboundedSender<String>) -> Result<Generatio
         position += 1;
     };
     let rest = utf8.finish();
-    emit(&rest, job.delta_mode, &mut answer, deltas);
+    emit(&rest, job.delta_mode, deltas);
     text.push_str(&rest);
     Ok(Generation {
         text,
@@ -236,15 +235,11 @@ fn cancelled(prompt_tokens: usize, output_tokens: usize) -> Generation {
     Generation { text: String::new(), prompt_tokens, output_tokens, ending: Ending::Cancelled, generation_seconds: 0.0 }
 }
 
-fn emit(piece: &str, mode: DeltaMode, answer: &mut AnswerStream, deltas: &UnboundedSender<String>) {
-    let delta = match mode {
-        DeltaMode::Plain => piece.to_string(),
-        DeltaMode::Answer => answer.push(piece),
-    };
-    if !delta.is_empty() {
+fn emit(piece: &str, mode: DeltaMode, deltas: &UnboundedSender<String>) {
+    if mode == DeltaMode::Plain && !piece.is_empty() {
         // A send fails only when the caller went away; the loop notices that
         // before the next token.
-        let _ = deltas.send(delta);
+        let _ = deltas.send(piece.to_string());
     }
 }
 
@@ -290,17 +285,15 @@ impl TokenPicker {
         } else {
             LlamaSampler::greedy()
         };
-        // Small models decoding greedily fall into loops in free text (a
-        // summary repeating one sentence until the output limit). A mild
-        // penalty on the last 64 generated tokens breaks them; prompt tokens
-        // are not penalized, so copying names and numbers from the input
-        // stays cheap. Grammar-constrained output (tool calls) repeats
-        // punctuation by design and is left alone.
-        let choose = if grammar.is_none() {
-            LlamaSampler::chain_simple([LlamaSampler::penalties(job.model.model.n_vocab(), 64, 1.15, 0.0, 0.0), pick])
-        } else {
-            pick
-        };
+        // Small models decoding greedily fall into loops (a summary, or a
+        // file's content inside a tool call, repeating one sentence until the
+        // output limit). A mild penalty on the last 64 generated tokens breaks
+        // them; prompt tokens are not penalized, so copying names and numbers
+        // from the input stays cheap. Under a grammar the penalty only
+        // reorders the tokens the grammar allows, so a call stays valid
+        // (SmolLM2-135M's `content` looped to the limit without it).
+        let choose =
+            LlamaSampler::chain_simple([LlamaSampler::penalties(job.model.model.n_vocab(), 64, 1.15, 0.0, 0.0), pick]);
         Ok(TokenPicker { choose, grammar })
     }
 

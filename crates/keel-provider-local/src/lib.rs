@@ -5,9 +5,12 @@
 //! `local:smollm2` (SmolLM2-135M-Instruct, installed by `scripts/fetch-model`).
 //! The conversation is rendered with the model's own chat template. Without
 //! tools the model writes plain text, streamed as it is generated. With tools
-//! the output is constrained by a grammar ([`tool_grammar`]) to one JSON object,
-//! an answer or a call of a declared tool with arguments valid for its schema,
-//! so a small model can never produce a malformed call.
+//! a step has two phases: first the output is constrained by a grammar
+//! ([`tool_grammar`]) to a call list in the format small models were trained
+//! on, holding one call of a declared tool with arguments valid for its
+//! schema (so a small model can never produce a malformed call) or none;
+//! only when it holds none, the model then writes its answer as plain text,
+//! streamed, from a prompt without the tool listing.
 //!
 //! Inference is CPU-bound and blocking, so each request runs on a blocking
 //! thread whose handle the request's future awaits; text comes back over a
@@ -19,6 +22,7 @@ mod engine;
 mod error;
 mod prompt;
 mod text_stream;
+
 pub mod tool_grammar;
 
 use std::sync::Arc;
@@ -87,13 +91,14 @@ impl LocalProvider {
         let max_output_tokens = request.max_output_tokens.unwrap_or(config.max_output_tokens);
         let (delta_tx, mut delta_rx) = mpsc::unbounded_channel::<String>();
         let running = RunningGuard::start(Arc::clone(&self.running));
-        let worker = tokio::task::spawn_blocking(move || -> Result<Generation> {
+        let answer_turns = prompt::answer_turns(request);
+        let last_call = last_answered_call(&request.items);
+        let worker = tokio::task::spawn_blocking(move || -> Result<Steps> {
             let _running = running;
             let model = engine::load_model(&path)?;
-            let grammar = if tools.is_empty() { None } else { Some(tool_grammar::reply_grammar(&tools)?) };
-            let job = Job {
-                model,
-                delta_mode: if grammar.is_some() { DeltaMode::Answer } else { DeltaMode::Plain },
+            let job = |turns: Vec<prompt::ChatTurn>, grammar: Option<String>, delta_mode: DeltaMode| Job {
+                model: Arc::clone(&model),
+                delta_mode,
                 grammar,
                 turns,
                 max_output_tokens,
@@ -102,20 +107,74 @@ impl LocalProvider {
                 temperature: config.temperature,
                 seed: config.seed,
             };
-            engine::generate(&job, &delta_tx)
+            if tools.is_empty() {
+                let answer = engine::generate(&job(turns, None, DeltaMode::Plain), &delta_tx)?;
+                return Ok(Steps { choice: None, answer: Some(answer) });
+            }
+            let grammar = tool_grammar::reply_grammar(&tools)?;
+            let choice = engine::generate(&job(turns, Some(grammar), DeltaMode::Silent), &delta_tx)?;
+            let answers = choice.ending == Ending::EndOfTurn
+                && match tool_grammar::parse_reply(&choice.text, &tools) {
+                    Some(ConstrainedReply::NoCall) => true,
+                    Some(ConstrainedReply::ToolCall { name, arguments }) => {
+                        repeats_last_call(&last_call, &name, &arguments)
+                    }
+                    None => false,
+                };
+            let answer = if answers {
+                Some(engine::generate(&job(answer_turns, None, DeltaMode::Plain), &delta_tx)?)
+            } else {
+                None
+            };
+            Ok(Steps { choice: Some(choice), answer })
         });
         while let Some(delta) = delta_rx.recv().await {
             on_delta(&delta);
         }
-        let generation = worker.await.map_err(|error| LocalError::Worker(error.to_string()))??;
-        tracing::debug!(
-            prompt_tokens = generation.prompt_tokens,
-            output_tokens = generation.output_tokens,
-            tokens_per_second = generation.output_tokens as f64 / generation.generation_seconds.max(1e-9),
-            "local generation finished"
-        );
-        Ok(response(generation, &request.tools))
+        let steps = worker.await.map_err(|error| LocalError::Worker(error.to_string()))??;
+        for generation in steps.choice.iter().chain(&steps.answer) {
+            if std::env::var_os("KEEL_LOCAL_DEBUG").is_some() {
+                eprintln!("DEBUG text: {:?}", generation.text.chars().take(700).collect::<String>());
+            }
+            tracing::debug!(
+                prompt_tokens = generation.prompt_tokens,
+                output_tokens = generation.output_tokens,
+                tokens_per_second = generation.output_tokens as f64 / generation.generation_seconds.max(1e-9),
+                "local generation finished"
+            );
+        }
+        Ok(response(steps, &request.tools))
     }
+}
+
+/// The turn's last call, when it is the last thing the model did and its
+/// result is in: (name, arguments).
+fn last_answered_call(items: &[Item]) -> Option<(String, String)> {
+    let mut calls = items.iter().rev().take_while(|item| !matches!(item, Item::Message { .. }));
+    let Some(Item::FunctionCallOutput { call_id: answered, .. }) = calls.next() else { return None };
+    calls.find_map(|item| match item {
+        Item::FunctionCall { call_id, name, arguments } if call_id == answered => {
+            Some((name.clone(), arguments.clone()))
+        }
+        _ => None,
+    })
+}
+
+/// Whether a chosen call is exactly the call whose result the model just
+/// got. Small models loop on a call that worked (SmolLM2-135M wrote the same
+/// file again at every step until the step limit); a repeat has nothing new
+/// to do, so the step answers instead.
+fn repeats_last_call(last: &Option<(String, String)>, name: &str, arguments: &str) -> bool {
+    let Some((last_name, last_arguments)) = last else { return false };
+    let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).ok();
+    last_name == name && parse(last_arguments).is_some() && parse(last_arguments) == parse(arguments)
+}
+
+/// The generations of one model step: the tool choice (with tools) and the
+/// plain answer (without tools, or when the choice was no call).
+struct Steps {
+    choice: Option<Generation>,
+    answer: Option<Generation>,
 }
 
 impl ModelProvider for LocalProvider {
@@ -123,9 +182,8 @@ impl ModelProvider for LocalProvider {
         "local"
     }
 
-    /// Deltas: without tools, every piece of generated text. With tools, the
-    /// decoded text of an `{"answer": ...}` reply as it is written, and nothing
-    /// for a tool call. Either way the deltas concatenate to the final text.
+    /// Deltas: every piece of the plain answer as it is generated; nothing
+    /// for a tool choice. The deltas concatenate to the final text.
     /// llama.cpp's tokenizer of the model file; the estimate when the file
     /// cannot be loaded (the request will then fail with the reason). Loads
     /// the model on first use: call it from a blocking thread.
@@ -167,32 +225,28 @@ fn default_threads() -> usize {
     (cores / 2 / running).max(1)
 }
 
-/// Turns a finished generation into keel items.
-fn response(generation: Generation, tools: &[keel_protocol::ToolSpec]) -> ModelResponse {
+/// Turns a step's generations into keel items, with their usage summed.
+fn response(steps: Steps, tools: &[keel_protocol::ToolSpec]) -> ModelResponse {
+    let generations = || steps.choice.iter().chain(&steps.answer);
     let usage = Usage {
-        input_tokens: generation.prompt_tokens as u64,
-        output_tokens: generation.output_tokens as u64,
+        input_tokens: generations().map(|g| g.prompt_tokens as u64).sum(),
+        output_tokens: generations().map(|g| g.output_tokens as u64).sum(),
         ..Usage::default()
     };
-    let length_or = |finish| if generation.ending == Ending::Length { FinishReason::Length } else { finish };
-    let (items, finish) = if tools.is_empty() {
-        let items = if generation.text.is_empty() { vec![] } else { vec![Item::assistant_text(&generation.text)] };
-        (items, length_or(FinishReason::Stop))
-    } else {
-        match tool_grammar::parse_reply(generation.text.trim(), tools) {
-            Some(ConstrainedReply::Answer(text)) => (vec![Item::assistant_text(text)], FinishReason::Stop),
-            Some(ConstrainedReply::ToolCall { name, arguments }) => {
-                let call_id = keel_protocol::ids::new_id("call");
-                (vec![Item::FunctionCall { call_id, name, arguments }], FinishReason::ToolCalls)
-            }
-            // The limit cut the reply short: keep any answer text written so
-            // far, never a partial call.
-            None => {
-                let partial = text_stream::AnswerStream::default().push(&generation.text);
-                let items = if partial.is_empty() { vec![] } else { vec![Item::assistant_text(partial)] };
-                (items, FinishReason::Length)
-            }
+    if let Some(answer) = &steps.answer {
+        let items = if answer.text.is_empty() { vec![] } else { vec![Item::assistant_text(&answer.text)] };
+        let finish = if answer.ending == Ending::Length { FinishReason::Length } else { FinishReason::Stop };
+        return ModelResponse { items, usage, finish };
+    }
+    let parsed = steps.choice.as_ref().and_then(|choice| tool_grammar::parse_reply(&choice.text, tools));
+    let (items, finish) = match parsed {
+        Some(ConstrainedReply::ToolCall { name, arguments }) => {
+            let call_id = keel_protocol::ids::new_id("call");
+            (vec![Item::FunctionCall { call_id, name, arguments }], FinishReason::ToolCalls)
         }
+        // A choice cut short by the output limit (or cancelled): never a
+        // partial call.
+        _ => (vec![], FinishReason::Length),
     };
     ModelResponse { items, usage, finish }
 }

@@ -36,10 +36,21 @@ impl ChatTurn {
 /// Closes every tool-result turn.
 const AFTER_RESULT: &str = "Use this result to answer my request.";
 
-/// The turns for `request`, system turn first when there is one.
+/// The turns for `request`'s tool choice (or its answer, without tools),
+/// system turn first when there is one.
 pub fn chat_turns(request: &ModelRequest) -> Vec<ChatTurn> {
+    turns_with(request, &system_text(&request.instructions, &request.tools))
+}
+
+/// The turns for the plain answer after a choice of no call: the same
+/// conversation under the instructions alone.
+pub fn answer_turns(request: &ModelRequest) -> Vec<ChatTurn> {
+    turns_with(request, request.instructions.trim())
+}
+
+fn turns_with(request: &ModelRequest, system: &str) -> Vec<ChatTurn> {
+    let names = crate::tool_grammar::LocalNames::new(&request.tools);
     let mut turns = Vec::with_capacity(request.items.len() + 1);
-    let system = system_text(&request.instructions, &request.tools);
     if !system.is_empty() {
         turns.push(ChatTurn::new("system", system));
     }
@@ -56,8 +67,9 @@ pub fn chat_turns(request: &ModelRequest) -> Vec<ChatTurn> {
                 turns.push(ChatTurn::new(role, text));
             }
             Item::FunctionCall { call_id, name, arguments } => {
-                call_names.insert(call_id, name);
-                turns.push(ChatTurn::new("assistant", call_json(name, arguments)));
+                let shown = names.shown(name);
+                call_names.insert(call_id, shown);
+                turns.push(ChatTurn::new("assistant", call_json(shown, arguments)));
             }
             Item::FunctionCallOutput { call_id, output, images } => {
                 let output = with_omitted_images(output, images);
@@ -87,19 +99,24 @@ fn with_omitted_images(output: &str, images: &[ImageRef]) -> String {
     text
 }
 
-/// A past call in the shape the grammar makes the model write, `tool` first.
-/// Arguments that are not valid JSON (a model may once have produced such)
-/// are kept as a string so the turn itself stays valid JSON.
+/// A past call in the shape the grammar makes the model write, `name`
+/// first. Arguments that are not valid JSON (a model may once have produced
+/// such) are kept as a string so the turn itself stays valid JSON.
 fn call_json(name: &str, arguments: &str) -> String {
     let arguments = match serde_json::from_str::<serde_json::Value>(arguments) {
         Ok(value) => value,
         Err(_) => serde_json::Value::String(arguments.to_string()),
     };
     let name = serde_json::Value::String(name.to_string());
-    format!("{{\"tool\": {name}, \"arguments\": {arguments}}}")
+    format!(
+        "{}{{\"name\": {name}, \"arguments\": {arguments}}}{}",
+        crate::tool_grammar::CALLS_OPEN,
+        crate::tool_grammar::CALLS_CLOSE
+    )
 }
 
-/// The instructions, followed by the tool descriptions when there are tools.
+/// The instructions, followed by the tool listing and the call format when
+/// there are tools (SmolLM2's function-calling prompt, in its own words).
 fn system_text(instructions: &str, tools: &[ToolSpec]) -> String {
     let instructions = instructions.trim();
     if tools.is_empty() {
@@ -110,6 +127,7 @@ fn system_text(instructions: &str, tools: &[ToolSpec]) -> String {
         text.push_str(instructions);
         text.push_str("\n\n");
     }
+    let names = crate::tool_grammar::LocalNames::new(tools);
     // The listing follows the shape small instruct models saw in training:
     // a JSON array of {name, description, parameters} inside <tools> tags.
     let listed: Vec<String> = tools
@@ -117,18 +135,21 @@ fn system_text(instructions: &str, tools: &[ToolSpec]) -> String {
         .map(|tool| {
             format!(
                 r#"{{"name": {}, "description": {}, "parameters": {}}}"#,
-                serde_json::Value::String(tool.name.clone()),
+                serde_json::Value::String(names.shown(&tool.name).to_string()),
                 serde_json::Value::String(tool.description.trim().to_string()),
                 crate::tool_grammar::arguments_schema(&tool.parameters),
             )
         })
         .collect();
-    text.push_str("You have access to the following tools:\n<tools>[");
+    text.push_str(
+        "You are given a request and a set of possible functions. Based on the request, you will need to make a function/tool call to achieve the purpose.\n\n\
+         You have access to the following tools:\n<tools>[",
+    );
     text.push_str(&listed.join(", "));
     text.push_str(
-        "]</tools>\n\nReply with exactly one JSON object and no other text.\n\
-         To call a tool: {\"tool\": \"<tool name>\", \"arguments\": {\"<argument name>\": <value>, ...}}\n\
-         To answer without a tool: {\"answer\": \"<your answer>\"}",
+        "]</tools>\n\nThe output MUST strictly adhere to the following format, and NO other text MUST be included.\n\
+         Please make sure the parameter type is correct. If no function call is needed, please make the tool calls an empty list '[]'.\n\
+         <tool_call>[\n{\"name\": \"func_name1\", \"arguments\": {\"argument1\": \"value1\", \"argument2\": \"value2\"}}\n]</tool_call>",
     );
     text
 }
@@ -182,12 +203,15 @@ mod tests {
         let turns = chat_turns(&request(items, vec![tool]));
         assert_eq!(turns.len(), 4);
         let system = &turns[0].content;
-        assert!(system.starts_with("Be brief.\n\nYou have access to the following tools:\n<tools>["), "{system}");
+        assert!(system.starts_with("Be brief.\n\nYou are given a request"), "{system}");
         let listing =
             r#"[{"name": "write_file", "description": "Writes a file.", "parameters": {"type":"object"}}]</tools>"#;
         assert!(system.contains(listing), "{system}");
-        assert!(system.contains(r#"{"answer": "<your answer>"}"#), "{system}");
-        assert_eq!(turns[2], ChatTurn::new("assistant", r#"{"tool": "write_file", "arguments": {"path":"a"}}"#));
+        assert!(system.contains("an empty list '[]'"), "{system}");
+        assert_eq!(
+            turns[2],
+            ChatTurn::new("assistant", r#"<tool_call>[{"name": "write_file", "arguments": {"path":"a"}}]</tool_call>"#)
+        );
         assert_eq!(
             turns[3],
             ChatTurn::new("user", format!("Tool result for write_file (call_1):\nok\n\n{AFTER_RESULT}"))

@@ -1,8 +1,9 @@
-//! The reply grammar built from tool schemas, and reading replies back. No
-//! model is needed: the grammar comes from llama.cpp's JSON-schema converter.
+//! The tool-choice grammar built from tool schemas, and reading choices
+//! back. No model is needed: the grammar comes from llama.cpp's JSON-schema
+//! converter.
 
 use keel_protocol::ToolSpec;
-use keel_provider_local::tool_grammar::{ConstrainedReply, parse_reply, reply_grammar, reply_schema};
+use keel_provider_local::tool_grammar::{ConstrainedReply, call_schema, parse_reply, reply_grammar};
 use serde_json::{Value, json};
 
 fn write_file() -> ToolSpec {
@@ -44,20 +45,19 @@ fn rules(grammar: &str) -> Vec<&str> {
 }
 
 #[test]
-fn schema_offers_an_answer_or_one_branch_per_tool() -> anyhow::Result<()> {
-    let text = reply_schema(&[write_file(), search()]);
+fn schema_offers_one_branch_per_tool() -> anyhow::Result<()> {
+    let text = call_schema(&[write_file(), search()]);
     let schema: Value = serde_json::from_str(&text)?;
     let branches = schema["oneOf"].as_array().cloned().unwrap_or_default();
-    assert_eq!(branches.len(), 3);
-    assert_eq!(branches[0]["required"], json!(["answer"]));
-    assert_eq!(branches[1]["properties"]["tool"], json!({"const": "write_file"}));
-    assert_eq!(branches[1]["properties"]["arguments"], write_file().parameters);
-    assert_eq!(branches[2]["properties"]["tool"], json!({"const": "search"}));
+    assert_eq!(branches.len(), 2);
+    assert_eq!(branches[0]["properties"]["name"], json!({"const": "write_file"}));
+    assert_eq!(branches[0]["properties"]["arguments"], write_file().parameters);
+    assert_eq!(branches[1]["properties"]["name"], json!({"const": "search"}));
     for branch in &branches {
         assert_eq!(branch["additionalProperties"], json!(false));
     }
     // The converter keeps property order: the tool is named before its arguments.
-    let tool_at = text.find(r#""tool""#).unwrap_or(usize::MAX);
+    let tool_at = text.find(r#""name""#).unwrap_or(usize::MAX);
     let arguments_at = text.find(r#""arguments""#).unwrap_or(0);
     assert!(tool_at < arguments_at, "{text}");
     Ok(())
@@ -67,9 +67,9 @@ fn schema_offers_an_answer_or_one_branch_per_tool() -> anyhow::Result<()> {
 fn grammar_names_every_tool_and_every_property() -> anyhow::Result<()> {
     let grammar = reply_grammar(&[write_file(), search()])?;
     assert!(rules(&grammar).contains(&"root"), "{grammar}");
+    assert!(grammar.starts_with(r#"root ::= "<tool_call>[" call? "]</tool_call>""#), "{grammar}");
     for literal in [
-        r#"\"answer\""#,
-        r#"\"tool\""#,
+        r#"\"name\""#,
         r#"\"arguments\""#,
         r#"\"write_file\""#,
         r#"\"path\""#,
@@ -87,7 +87,7 @@ fn grammar_names_every_tool_and_every_property() -> anyhow::Result<()> {
     let arguments_rule = grammar
         .lines()
         .find(|line| {
-            line.contains("-path-kv") && line.contains("-content-kv") && !line.starts_with("alternative-1-arguments-")
+            line.contains("-path-kv") && line.contains("-content-kv") && !line.starts_with("alternative-0-arguments-")
         })
         .unwrap_or_default();
     assert!(!arguments_rule.contains(")?"), "{arguments_rule}");
@@ -100,8 +100,8 @@ fn grammar_names_every_tool_and_every_property() -> anyhow::Result<()> {
 #[test]
 fn grammar_without_tool_parameters_takes_an_empty_object() -> anyhow::Result<()> {
     let tool = ToolSpec { name: "now".into(), description: String::new(), parameters: Value::Null };
-    let schema: Value = serde_json::from_str(&reply_schema(std::slice::from_ref(&tool)))?;
-    assert_eq!(schema["oneOf"][1]["properties"]["arguments"]["properties"], json!({}));
+    let schema: Value = serde_json::from_str(&call_schema(std::slice::from_ref(&tool)))?;
+    assert_eq!(schema["oneOf"][0]["properties"]["arguments"]["properties"], json!({}));
     let grammar = reply_grammar(&[tool])?;
     assert!(grammar.contains(r#"\"now\""#));
     Ok(())
@@ -122,21 +122,24 @@ fn a_schema_the_converter_rejects_still_gives_a_grammar() -> anyhow::Result<()> 
 #[test]
 fn replies_are_read_strictly() {
     let tools = [write_file()];
-    assert_eq!(parse_reply(r#"{"answer": "hi"}"#, &tools), Some(ConstrainedReply::Answer("hi".into())));
+    assert_eq!(parse_reply("<tool_call>[]</tool_call>", &tools), Some(ConstrainedReply::NoCall));
     assert_eq!(
-        parse_reply(r#"{ "tool": "write_file", "arguments": {"path": "a.txt", "content": "x"} }"#, &tools),
+        parse_reply(
+            r#"<tool_call>[{ "name": "write_file", "arguments": {"path": "a.txt", "content": "x"} }]</tool_call>"#,
+            &tools
+        ),
         Some(ConstrainedReply::ToolCall {
             name: "write_file".into(),
             arguments: r#"{"content":"x","path":"a.txt"}"#.into()
         })
     );
     for invalid in [
-        r#"{"answer": "cut off"#,
-        r#"{"tool": "rm", "arguments": {}}"#,
-        r#"{"tool": "write_file", "arguments": "path"}"#,
-        r#"{"tool": "write_file"}"#,
-        r#"{"answer": "hi", "tool": "write_file"}"#,
-        r#"["answer"]"#,
+        r#"<tool_call>[{"name": "write_file", "arguments": {"path": "cut off"#,
+        r#"<tool_call>[{"name": "rm", "arguments": {}}]</tool_call>"#,
+        r#"<tool_call>[{"name": "write_file", "arguments": "path"}]</tool_call>"#,
+        r#"<tool_call>[{"name": "write_file"}]</tool_call>"#,
+        r#"{"answer": "hi"}"#,
+        r#"{"tool": "write_file", "arguments": {}}"#,
         "hello",
     ] {
         assert_eq!(parse_reply(invalid, &tools), None, "{invalid}");

@@ -112,7 +112,11 @@ async fn reopening_keeps_everything_and_read_only_cannot_write() {
     assert!(matches!(reader.commit(create("s2")).await, Err(StoreError::ReadOnly)));
 }
 
-fn ledger_row(call_id: &str, turn_id: &str, status: keel_protocol::ToolCallStatus) -> keel_protocol::session::ToolCallInfo {
+fn ledger_row(
+    call_id: &str,
+    turn_id: &str,
+    status: keel_protocol::ToolCallStatus,
+) -> keel_protocol::session::ToolCallInfo {
     keel_protocol::session::ToolCallInfo {
         session_id: "s1".into(),
         call_id: call_id.into(),

@@ -51,7 +51,7 @@ pub struct DecideArgs {
 pub struct MsgArgs {
     session: String,
     /// The message.
-    #[arg(required = true, trailing_var_arg = true)]
+    #[arg(required = true, num_args = 1..)]
     text: Vec<String>,
     /// Idempotency key; a new one by default.
     #[arg(long)]

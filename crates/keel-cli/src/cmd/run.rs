@@ -36,8 +36,9 @@ pub struct Args {
     /// Print the session's journal events as JSON lines instead of the answer.
     #[arg(long)]
     json: bool,
-    /// The task; `-` reads it from standard input.
-    #[arg(required = true, trailing_var_arg = true)]
+    /// The task; `-` reads it from standard input. Flags may come before or
+    /// after it; a task that itself starts with `-` follows `--`.
+    #[arg(required = true, num_args = 1..)]
     text: Vec<String>,
 }
 
@@ -49,7 +50,9 @@ fn task_text(args: &[String]) -> anyhow::Result<(String, bool)> {
             .read_to_string(&mut text)
             .map_err(|e| anyhow::anyhow!("cannot read the task from standard input: {e}"))?;
         if text.trim().is_empty() {
-            return Err(keel_runtime::RuntimeError::InvalidParams("the task read from standard input is empty".into()).into());
+            return Err(
+                keel_runtime::RuntimeError::InvalidParams("the task read from standard input is empty".into()).into()
+            );
         }
         return Ok((text, true));
     }
@@ -136,7 +139,9 @@ pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
     let started = runtime.start_turn(&session.id, &new_id("sub"), &text).await?;
     eprintln!("keel: session {} turn {}", session.id, started.turn_id);
     if model.starts_with("local:") {
-        eprintln!("keel: {model} runs in this process; loading it and the first answer take a while (15-60 s on 2 cores)");
+        eprintln!(
+            "keel: {model} runs in this process; loading it and the first answer take a while (15-60 s on 2 cores)"
+        );
     }
     let output = Output { json: args.json, can_ask: !task_from_stdin && std::io::stdin().is_terminal() };
     let code = tokio::select! {
@@ -290,11 +295,11 @@ async fn follow(
                         let tool = event.data["tool"].as_str().or(event.data["name"].as_str()).unwrap_or("?");
                         eprintln!("keel: -> {tool}({})", event.data["arguments"].as_str().unwrap_or(""));
                     }
-                    k if k == EventKind::ToolCallFinished.as_str() || k == EventKind::ToolCallRejected.as_str() => {
-                        if event.data["is_error"] == true || k == EventKind::ToolCallRejected.as_str() {
-                            let tool = event.data["tool"].as_str().or(event.data["name"].as_str()).unwrap_or("?");
-                            eprintln!("keel: <- {tool} failed");
-                        }
+                    k if (k == EventKind::ToolCallFinished.as_str() && event.data["is_error"] == true)
+                        || k == EventKind::ToolCallRejected.as_str() =>
+                    {
+                        let tool = event.data["tool"].as_str().or(event.data["name"].as_str()).unwrap_or("?");
+                        eprintln!("keel: <- {tool} failed");
                     }
                     k if k == EventKind::TurnFinished.as_str() => {
                         let status = event.data["status"].as_str().unwrap_or("unknown");

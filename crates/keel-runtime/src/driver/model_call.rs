@@ -498,10 +498,8 @@ impl TurnRun<'_> {
             "usage": attempt.usage, "finish_reason": attempt.finish_reason, "error": attempt.error,
         });
         if !renamed.is_empty() {
-            finished["renamed_calls"] = renamed
-                .iter()
-                .map(|r| json!({"provider_call_id": r.provider_call_id, "call_id": r.call_id}))
-                .collect();
+            finished["renamed_calls"] =
+                renamed.iter().map(|r| json!({"provider_call_id": r.provider_call_id, "call_id": r.call_id})).collect();
         }
         let added = items.clone();
         let turn_id = self.turn_id;
