@@ -144,11 +144,6 @@ async fn serve_stdio_speaks_json_rpc_per_line() {
 /// provider configured: the default a newcomer gets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_uses_the_local_model_when_no_provider_is_configured() {
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let fetched = Command::new(repo.join("scripts/fetch-model")).output().unwrap();
-    assert!(fetched.status.success(), "{}", String::from_utf8_lossy(&fetched.stderr));
-    let model = String::from_utf8_lossy(&fetched.stdout).trim().to_string();
-    let models_dir = std::path::Path::new(&model).parent().unwrap().to_path_buf();
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     // The example coworker, with limits that keep a 135M model's worst case
@@ -161,19 +156,12 @@ async fn run_uses_the_local_model_when_no_provider_is_configured() {
         example.replace("max_steps = 16", "max_steps = 3\nmax_output_tokens = 160"),
     )
     .unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_keel"))
-        .arg("--state")
-        .arg(&state)
+    let output = offline_keel(&state)
         .args(["run", "--bundle"])
         .arg(&bundle)
         .arg("--workspace")
         .arg(support::workspace(&dir))
         .arg("Say hello in one short sentence.")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ANTHROPIC_BASE_URL")
-        .env("KEEL_MODELS_DIR", &models_dir)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -530,29 +518,33 @@ async fn the_demo_task_is_done_by_the_offline_default_model() {
         .and_then(|rest| rest.strip_suffix('"'))
         .expect("scripts/demo sets default_task")
         .to_string();
-    let fetched = Command::new(repo.join("scripts/fetch-model")).output().unwrap();
-    assert!(fetched.status.success(), "{}", String::from_utf8_lossy(&fetched.stderr));
-    let model = String::from_utf8_lossy(&fetched.stdout).trim().to_string();
-    let models_dir = std::path::Path::new(&model).parent().unwrap().to_path_buf();
     let dir = tempfile::tempdir().unwrap();
     let ws = support::workspace(&dir);
-    let output = Command::new(env!("CARGO_BIN_EXE_keel"))
-        .arg("--state")
-        .arg(dir.path().join("state"))
-        .arg("run")
-        .arg(&task)
-        .current_dir(&ws)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ANTHROPIC_BASE_URL")
-        .env("KEEL_MODELS_DIR", &models_dir)
-        .output()
-        .unwrap();
+    let output = offline_keel(&dir.path().join("state")).arg("run").arg(&task).current_dir(&ws).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     assert!(stderr.contains("-> fs.write_file("), "{stderr}");
     let written = std::fs::read_to_string(ws.join("hello.txt")).unwrap_or_default();
     assert!(!written.trim().is_empty(), "hello.txt was not written; stderr:\n{stderr}");
     assert!(!String::from_utf8_lossy(&output.stdout).trim().is_empty(), "the model answered");
+}
+
+/// `keel` with the offline default: no provider configured, and the models
+/// folder `scripts/fetch-model` fills (fetched if missing).
+fn offline_keel(state: &std::path::Path) -> Command {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let fetched = Command::new(repo.join("scripts/fetch-model")).output().unwrap();
+    assert!(fetched.status.success(), "{}", String::from_utf8_lossy(&fetched.stderr));
+    let model = String::from_utf8_lossy(&fetched.stdout).trim().to_string();
+    let models_dir = std::path::Path::new(&model).parent().unwrap().to_path_buf();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
+    command
+        .arg("--state")
+        .arg(state)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .env("KEEL_MODELS_DIR", &models_dir);
+    command
 }
