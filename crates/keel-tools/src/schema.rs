@@ -4,7 +4,9 @@
 //! schemas that pydantic and zod generate, full of `$defs`/`$ref`, `anyOf`
 //! with `null` for optional fields, `oneOf`, `allOf`, `pattern` and
 //! `format`, and a hand-written subset let calls that break them through.
-//! The draft is the schema's `$schema`, or 2020-12 (MCP's default).
+//! The draft is the schema's `$schema`, or 2020-12 (MCP's default); a
+//! schema that names no draft and is invalid under 2020-12 is tried as
+//! draft 7, then draft 4, before it is refused.
 //!
 //! How the validator is set up, and why:
 //! - **Offline.** The crate is built without its HTTP and file resolvers and
@@ -105,9 +107,29 @@ fn compiled(schema: &Value) -> Compiled {
     fresh
 }
 
+/// Compiles under the schema's own draft; a schema that names none and is
+/// invalid under 2020-12 is tried as draft 7 and then draft 4 before it is
+/// refused, because older MCP servers emit those (`"exclusiveMinimum":
+/// true` is draft 4's boolean form, invalid in 2020-12).
 fn compile(schema: &Value) -> Result<Validator, String> {
+    let first = compile_as(schema, None);
+    if first.is_err() && schema.get("$schema").is_none() {
+        for draft in [jsonschema::Draft::Draft7, jsonschema::Draft::Draft4] {
+            if let Ok(validator) = compile_as(schema, Some(draft)) {
+                return Ok(validator);
+            }
+        }
+    }
+    first
+}
+
+fn compile_as(schema: &Value, draft: Option<jsonschema::Draft>) -> Result<Validator, String> {
     let built = catch_unwind(|| {
-        jsonschema::options()
+        let mut options = jsonschema::options();
+        if let Some(draft) = draft {
+            options = options.with_draft(draft);
+        }
+        options
             .offline()
             .should_validate_formats(true)
             .with_pattern_options(PatternOptions::fancy_regex().backtrack_limit(PATTERN_BACKTRACK_LIMIT))
@@ -337,5 +359,19 @@ mod tests {
     fn odd_field_names_and_numeric_keys_read_unambiguously() {
         let arguments = json!({"a.b": {"0": [1, {"x": 2}]}});
         assert_eq!(model_path("/a.b/0/1/x", &arguments), r#"arguments["a.b"]["0"][1].x"#);
+    }
+
+    #[test]
+    fn an_old_draft_schema_without_its_name_still_checks_calls() {
+        // Draft 4's boolean `exclusiveMinimum`, invalid under 2020-12.
+        let schema = json!({
+            "type": "object",
+            "properties": {"n": {"type": "number", "minimum": 0, "exclusiveMinimum": true}},
+            "required": ["n"]
+        });
+        assert!(validate(&schema, &json!({"n": 1})).is_ok());
+        let refused = validate(&schema, &json!({"n": 0})).unwrap_err();
+        assert!(refused.contains("n"), "{refused}");
+        assert!(!refused.contains("schema is invalid"), "{refused}");
     }
 }
