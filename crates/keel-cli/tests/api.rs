@@ -349,3 +349,51 @@ async fn a_reconnecting_subscriber_misses_nothing() {
         .unwrap_err();
     assert_eq!(ahead.code, -32602);
 }
+
+/// A workspace inside the state directory would hand a coworker's tools
+/// every session's scratch space (HOME, TMPDIR), the journal and the token:
+/// refused, like a workspace that contains the state directory. A sibling
+/// folder is the positive control.
+#[tokio::test]
+async fn a_workspace_inside_the_state_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let keel = Keel::start(&state, "http://127.0.0.1:9/v1").unwrap();
+    let mut client = keel.client().await.unwrap();
+    for inside in [state.join("scratch"), state.join("builtin"), state.clone(), dir.path().to_path_buf()] {
+        std::fs::create_dir_all(&inside).unwrap();
+        let refused = client
+            .call("session/create", json!({"name": "x", "coworker": "assistant-example", "workspace": inside}))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(refused.code, -32602, "{}: {}", inside.display(), refused.message);
+        assert!(refused.message.contains("state directory"), "{}", refused.message);
+    }
+    let sibling = workspace(&dir);
+    client.create_session(&sibling).await.unwrap();
+}
+
+/// The state directory is the owner's alone: the directory 0700, the
+/// database, its WAL and the token 0600, whatever the umask.
+#[tokio::test]
+async fn the_state_directory_and_its_files_are_the_owners_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::text("hi"));
+    let keel = Keel::start(&state, &mock.base_url()).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let session = client.create_session(&workspace(&dir)).await.unwrap();
+    client.ok("events/subscribe", json!({"session_id": session})).await.unwrap();
+    client.ok("turn/start", json!({"session_id": session, "submission_id": "a", "text": "one"})).await.unwrap();
+    client.events_until("turn_finished").await.unwrap();
+    let mode = |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&state), 0o700, "state directory");
+    for file in ["runtime.sqlite3", "runtime.sqlite3-wal", "token", "keel.lock", "machine-id"] {
+        let path = state.join(file);
+        assert!(path.exists(), "{file}");
+        assert_eq!(mode(&path), 0o600, "{file}");
+    }
+}

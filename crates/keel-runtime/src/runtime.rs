@@ -254,6 +254,14 @@ impl Runtime {
                 params.workspace
             )));
         }
+        // Inside it is no better: `<state>/scratch` holds every session's
+        // HOME and TMPDIR, the rest keel's journal, token and bundles.
+        if workspace.starts_with(&self.inner.state_dir) {
+            return Err(RuntimeError::InvalidParams(format!(
+                "workspace {:?} is inside keel's state directory (every session's scratch space, the journal and the access token); choose a folder outside it",
+                params.workspace
+            )));
+        }
         let now = now_ms();
         let info = SessionInfo {
             id: new_id("ses"),

@@ -8,7 +8,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Result, RuntimeError};
@@ -26,12 +26,26 @@ pub fn default_state_dir() -> PathBuf {
     home.join(".local/state/keel")
 }
 
-/// Creates the directory with owner-only permissions if it does not exist.
+/// Creates the directory owner-only (0700): it holds the journal, the API
+/// token and every session's scratch. An existing directory is not changed
+/// (`--state` may name a folder that is not keel's alone); keel warns when
+/// others can read it, and its own files are 0600 regardless.
 pub fn ensure(dir: &Path) -> Result<()> {
     if !dir.exists() {
-        std::fs::create_dir_all(dir)
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
             .map_err(|e| RuntimeError::Config(format!("cannot create the state directory {}: {e}", dir.display())))?;
-        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    }
+    if let Ok(meta) = std::fs::metadata(dir)
+        && meta.permissions().mode() & 0o077 != 0
+    {
+        tracing::warn!(
+            dir = %dir.display(),
+            mode = format!("{:o}", meta.permissions().mode() & 0o777),
+            "the state directory is open to other users; keel's files in it are owner-only, but `chmod 700` it"
+        );
     }
     Ok(())
 }

@@ -69,6 +69,27 @@ impl Drop for Inner {
     }
 }
 
+/// Makes the database owner-only (0600) whatever the umask: created empty
+/// with that mode (an empty file is an empty SQLite database), or tightened
+/// if it exists. SQLite gives its `-wal` and `-shm` files the database
+/// file's mode; existing ones are tightened too. Failures are left to the
+/// open that follows (a read-only state directory, say), which reports them.
+fn owner_only(path: &Path) {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    if !path.exists() {
+        let _ = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path);
+        return;
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let file = std::path::PathBuf::from(format!("{}{suffix}", path.display()));
+        if let Ok(meta) = std::fs::metadata(&file)
+            && meta.permissions().mode() & 0o077 != 0
+        {
+            let _ = std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600));
+        }
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the database in `state_dir` and migrates it.
     pub fn open(state_dir: &Path) -> Result<SqliteStore> {
@@ -86,6 +107,7 @@ impl SqliteStore {
             )),
             _ => backend(e),
         };
+        owner_only(&path);
         let mut conn = Connection::open(&path).map_err(unusable)?;
         configure(&conn).map_err(|e| match e {
             StoreError::Backend(message) if message.contains("not a database") || message.contains("malformed") => {

@@ -119,25 +119,59 @@ impl Tool for ReadFile {
                 Ok(parsed) => parsed,
                 Err(output) => return output,
             };
-            match tokio::fs::read(&path).await {
-                Ok(bytes) if image_type(&path).is_some() && bytes.len() <= IMAGE_LIMIT => {
+            let is_image = image_type(&path).is_some();
+            let reading = path.clone();
+            let read = tokio::task::spawn_blocking(move || read_regular(&reading, is_image)).await;
+            match read {
+                Ok(Ok((bytes, size))) if is_image && size <= IMAGE_LIMIT as u64 => {
                     let mime_type = image_type(&path).unwrap_or_default().to_string();
                     let text = format!("{} is an image ({mime_type}, {} bytes), attached", args.path, bytes.len());
                     ToolOutput { images: vec![ToolImage { mime_type, data: bytes }], ..ToolOutput::ok(text) }
                 }
-                Ok(bytes) => {
-                    let cut = bytes.len() > READ_LIMIT;
+                // An image over the limit is described, never read as text:
+                // its bytes (made "text" lossily) would reach the journal.
+                Ok(Ok((_, size))) if is_image => ToolOutput::error(format!(
+                    "{} is an image of {size} bytes, over the {IMAGE_LIMIT}-byte limit for images; it was not read",
+                    args.path
+                )),
+                Ok(Ok((bytes, size))) => {
                     let shown = &bytes[..bytes.len().min(READ_LIMIT)];
                     let mut text = String::from_utf8_lossy(shown).into_owned();
-                    if cut {
-                        text.push_str(&format!("\n[keel: file cut at {READ_LIMIT} of {} bytes]", bytes.len()));
+                    if size > READ_LIMIT as u64 {
+                        text.push_str(&format!("\n[keel: file cut at {READ_LIMIT} of {size} bytes]"));
                     }
                     ToolOutput::ok(text)
                 }
+                Ok(Err(e)) => ToolOutput::error(format!("cannot read {}: {e}", args.path)),
                 Err(e) => ToolOutput::error(format!("cannot read {}: {e}", args.path)),
             }
         })
     }
+}
+
+/// Reads at most what `fs.read_file` returns of a regular file, with the
+/// file's size. The file is opened non-blocking and checked on the open
+/// descriptor (no window between check and read): a FIFO, a device or a
+/// socket is refused at once instead of blocking the turn until someone
+/// writes to it (a FIFO in the workspace hung a turn until interrupted), and
+/// a huge file is never read whole.
+fn read_regular(path: &std::path::Path, image: bool) -> std::io::Result<(Vec<u8>, u64)> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        let what =
+            if meta.is_dir() { "a folder (use fs.list_dir)" } else { "not a regular file (a FIFO, device or socket)" };
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("it is {what}; fs.read_file reads regular files only"),
+        ));
+    }
+    let limit = if image { IMAGE_LIMIT.max(READ_LIMIT) } else { READ_LIMIT };
+    let mut bytes = Vec::with_capacity((meta.len() as usize).min(limit));
+    file.take(limit as u64).read_to_end(&mut bytes)?;
+    Ok((bytes, meta.len()))
 }
 
 /// Writes a text file in the workspace, creating parent folders.
@@ -267,5 +301,56 @@ mod tests {
         assert!(out.is_error && out.text.contains("outside the workspace"));
         let out = ReadFile.call(&ctx, json!({"path":"missing.txt"})).await;
         assert!(out.is_error && out.text.contains("cannot read"));
+    }
+
+    /// A FIFO in the workspace used to block `fs.read_file` (and the turn)
+    /// until someone wrote to it; now it is refused at once. The regular
+    /// file beside it is the positive control.
+    #[tokio::test]
+    async fn a_fifo_is_refused_at_once_not_waited_on() {
+        let (dir, ctx) = context();
+        let fifo = dir.path().join("pipe");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap_or_else(|e| panic!("{e}"));
+        assert!(made.success());
+        std::fs::write(dir.path().join("plain.txt"), "plain").unwrap_or_else(|e| panic!("{e}"));
+        let out = tokio::time::timeout(std::time::Duration::from_secs(5), ReadFile.call(&ctx, json!({"path":"pipe"})))
+            .await
+            .unwrap_or_else(|_| panic!("fs.read_file blocked on a FIFO"));
+        assert!(out.is_error && out.text.contains("not a regular file"), "{}", out.text);
+        assert_eq!(ReadFile.call(&ctx, json!({"path":"plain.txt"})).await, ToolOutput::ok("plain"));
+        let out = ReadFile.call(&ctx, json!({"path":"."})).await;
+        assert!(out.is_error && out.text.contains("folder"), "{}", out.text);
+    }
+
+    /// An image over the image limit is neither attached nor read as text
+    /// (its bytes, made text, used to reach the journal); one under it is
+    /// attached (the positive control).
+    #[tokio::test]
+    async fn an_image_over_the_limit_is_described_not_read() {
+        let (dir, ctx) = context();
+        let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+        png.extend(std::iter::repeat_n(0xABu8, IMAGE_LIMIT));
+        std::fs::write(dir.path().join("huge.png"), &png).unwrap_or_else(|e| panic!("{e}"));
+        let out = ReadFile.call(&ctx, json!({"path":"huge.png"})).await;
+        assert!(out.is_error && out.text.contains("over the"), "{}", out.text);
+        assert!(out.images.is_empty());
+        assert!(out.text.len() < 200 && !out.text.contains('\u{fffd}'), "no image bytes: {}", out.text);
+        std::fs::write(dir.path().join("small.png"), &png[..64]).unwrap_or_else(|e| panic!("{e}"));
+        let out = ReadFile.call(&ctx, json!({"path":"small.png"})).await;
+        assert_eq!(out.images.len(), 1, "{}", out.text);
+    }
+
+    /// A file past the limit is cut, and only the limit is read.
+    #[tokio::test]
+    async fn a_large_file_is_cut_with_its_size() {
+        let (dir, ctx) = context();
+        std::fs::write(dir.path().join("big.txt"), "x".repeat(READ_LIMIT + 10)).unwrap_or_else(|e| panic!("{e}"));
+        let out = ReadFile.call(&ctx, json!({"path":"big.txt"})).await;
+        assert!(!out.is_error);
+        assert!(
+            out.text.ends_with(&format!("[keel: file cut at {READ_LIMIT} of {} bytes]", READ_LIMIT + 10)),
+            "{}",
+            &out.text[out.text.len() - 80..]
+        );
     }
 }

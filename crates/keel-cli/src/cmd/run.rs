@@ -84,8 +84,7 @@ pub async fn run(state: PathBuf, args: Args) -> anyhow::Result<ExitCode> {
     let bundle_dir = match args.bundle {
         Some(dir) => dir,
         None => {
-            std::fs::create_dir_all(&state)
-                .map_err(|e| anyhow::anyhow!("cannot create the state directory {}: {e}", state.display()))?;
+            keel_runtime::state_dir::ensure(&state)?;
             crate::builtin::assistant_bundle(&state)?
         }
     };
