@@ -397,3 +397,47 @@ async fn the_state_directory_and_its_files_are_the_owners_alone() {
         assert_eq!(mode(&path), 0o600, "{file}");
     }
 }
+
+/// A turn text over the limit is refused with the limit named and nothing
+/// recorded; one at the limit is accepted (the positive control).
+#[tokio::test]
+async fn a_turn_text_over_the_limit_is_refused_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockServer::start().await.unwrap();
+    mock.push(Reply::text("read it"));
+    let keel = Keel::start(&dir.path().join("state"), &mock.base_url()).unwrap();
+    let mut client = keel.client().await.unwrap();
+    let session = client.create_session(&workspace(&dir)).await.unwrap();
+    let limit = 1024 * 1024;
+    let refused = client
+        .call("turn/start", json!({"session_id": session, "submission_id": "big", "text": "x".repeat(limit + 1)}))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(refused.code, -32602);
+    assert!(refused.message.contains(&format!("limit of {limit} bytes")), "{}", refused.message);
+    let snapshot = client.ok("session/get", json!({"session_id": session})).await.unwrap();
+    assert_eq!(snapshot["history"], json!([]));
+    assert!(snapshot["turn"].is_null());
+    client.ok("events/subscribe", json!({"session_id": session})).await.unwrap();
+    client
+        .ok("turn/start", json!({"session_id": session, "submission_id": "fits", "text": "x".repeat(limit)}))
+        .await
+        .unwrap();
+    client.events_until("turn_finished").await.unwrap();
+}
+
+/// A JSON-RPC batch over the cap is refused whole with the cap named, and
+/// the connection goes on.
+#[tokio::test]
+async fn a_batch_over_the_cap_is_refused_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let keel = Keel::start(&dir.path().join("state"), "http://127.0.0.1:9/v1").unwrap();
+    let mut client = keel.client().await.unwrap();
+    let one = json!({"jsonrpc": "2.0", "id": 1, "method": "session/list", "params": {}});
+    client.send_text(&Value::Array(vec![one; 101]).to_string()).await.unwrap();
+    let reply = client.recv_response().await.unwrap();
+    assert_eq!(reply["error"]["code"], -32600, "{reply}");
+    assert!(reply["error"]["message"].as_str().unwrap().contains("limit of 100"), "{reply}");
+    client.ok("session/list", json!({})).await.unwrap();
+}

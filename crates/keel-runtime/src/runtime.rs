@@ -409,6 +409,7 @@ impl Runtime {
     /// its next model request. Idempotent by `submission_id`; journaled with
     /// the turn, so a steer accepted before a crash is delivered after it.
     pub async fn steer_turn(&self, session_id: &str, submission_id: &str, text: &str) -> Result<TurnStartResponse> {
+        check_text_size(text)?;
         if submission_id.trim().is_empty() {
             return Err(RuntimeError::InvalidParams("submission_id must not be empty".into()));
         }
@@ -457,6 +458,7 @@ impl Runtime {
         if submission_id.trim().is_empty() {
             return Err(RuntimeError::InvalidParams("submission_id must not be empty".into()));
         }
+        check_text_size(text)?;
         let slot = self.slot(session_id)?;
         let _control = slot.control.lock().await;
         if let Some(turn_id) = self.store().submission(session_id.into(), submission_id.into()).await? {
@@ -685,6 +687,22 @@ fn check_unique_coworkers(bundles: &[Bundle]) -> Result<()> {
                 )));
             }
         }
+    }
+    Ok(())
+}
+
+/// The largest text a person may submit as a turn or a steer, in bytes.
+pub const MAX_TURN_TEXT: usize = 1024 * 1024;
+
+/// Refuses a turn or steer text over [`MAX_TURN_TEXT`]: a 15 MB text grew
+/// the journal by 93 MB (it is journaled with its submission, its history
+/// item and their events) for no model that could read it.
+fn check_text_size(text: &str) -> Result<()> {
+    if text.len() > MAX_TURN_TEXT {
+        return Err(RuntimeError::InvalidParams(format!(
+            "the text is {} bytes, over the limit of {MAX_TURN_TEXT} bytes for a turn; put large inputs in a file in the workspace and refer to it",
+            text.len()
+        )));
     }
     Ok(())
 }

@@ -48,10 +48,27 @@ pub fn decode_text(text: &str) -> Incoming {
         Value::Array(batch) if batch.is_empty() => {
             Incoming::Rejected(Response::err(Value::Null, plain(code::INVALID_REQUEST, "invalid request: empty batch")))
         }
+        // Each answer is at least as large as its request and some are far
+        // larger: 20,000 `session/get`s in one batch made a 33 MB response
+        // and grew keel's memory sevenfold. A batch past the cap is refused
+        // whole, before any of it runs.
+        Value::Array(batch) if batch.len() > MAX_BATCH => Incoming::Rejected(Response::err(
+            Value::Null,
+            plain(
+                code::INVALID_REQUEST,
+                format!(
+                    "invalid request: a batch of {} messages is over the limit of {MAX_BATCH}; send it in smaller batches",
+                    batch.len()
+                ),
+            ),
+        )),
         Value::Array(batch) => Incoming::Batch(batch.into_iter().map(decode_message).collect()),
         message => Incoming::Single(decode_message(message)),
     }
 }
+
+/// The most messages one batch may hold.
+pub const MAX_BATCH: usize = 100;
 
 /// Decodes one message of a text (the text itself, or one batch element).
 fn decode_message(value: Value) -> Message {
@@ -96,6 +113,17 @@ mod tests {
                 other => panic!("{text}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_batch_over_the_cap_is_refused_whole_and_one_at_the_cap_is_not() {
+        let one = r#"{"jsonrpc":"2.0","id":1,"method":"session/list"}"#;
+        let batch = |n: usize| format!("[{}]", vec![one; n].join(","));
+        let Incoming::Rejected(response) = decode_text(&batch(MAX_BATCH + 1)) else { panic!("not refused") };
+        assert_eq!(error_code(&response), Some(code::INVALID_REQUEST));
+        let text = serde_json::to_string(&response).unwrap_or_default();
+        assert!(text.contains(&format!("limit of {MAX_BATCH}")), "{text}");
+        assert!(matches!(decode_text(&batch(MAX_BATCH)), Incoming::Batch(messages) if messages.len() == MAX_BATCH));
     }
 
     #[test]
