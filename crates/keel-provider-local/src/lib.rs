@@ -133,9 +133,6 @@ impl LocalProvider {
         }
         let steps = worker.await.map_err(|error| LocalError::Worker(error.to_string()))??;
         for generation in steps.choice.iter().chain(&steps.answer) {
-            if std::env::var_os("KEEL_LOCAL_DEBUG").is_some() {
-                eprintln!("DEBUG text: {:?}", generation.text.chars().take(700).collect::<String>());
-            }
             tracing::debug!(
                 prompt_tokens = generation.prompt_tokens,
                 output_tokens = generation.output_tokens,
