@@ -61,6 +61,28 @@ fn pending_question(snapshot: &Value) -> Option<Value> {
     snapshot["interactions"].as_array().unwrap().iter().find(|i| i["status"] == "pending").cloned()
 }
 
+/// A person's answer to an interrupted call: `turn/resume` is refused while
+/// the question waits, then the answer (with `reply` queued for the model)
+/// continues the turn to a completed end.
+async fn answer_interrupted_call(
+    client: &mut Client,
+    mock: &MockServer,
+    id: &str,
+    question: &Value,
+    decision: &str,
+    reply: &str,
+) {
+    let refused = client.call("turn/resume", json!({"session_id": id})).await.unwrap().unwrap_err();
+    assert!(refused.message.contains("waits for a person"), "{}", refused.message);
+    mock.push(Reply::text(reply));
+    client
+        .ok("interaction/respond", json!({"session_id": id, "interaction_id": question["id"], "decision": decision}))
+        .await
+        .unwrap();
+    let events = client.events_until("turn_finished").await.unwrap();
+    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+}
+
 #[tokio::test]
 async fn a_crash_after_the_intent_runs_the_call_once_on_resume() {
     let dir = tempfile::tempdir().unwrap();
@@ -87,15 +109,7 @@ async fn a_crash_after_dispatch_asks_a_person_and_runs_again_only_when_told() {
     assert!(before <= 1);
     let question = pending_question(&snapshot).expect("a person is asked");
     assert_eq!(question["kind"], "interrupted_call");
-    let refused = client.call("turn/resume", json!({"session_id": id})).await.unwrap().unwrap_err();
-    assert!(refused.message.contains("waits for a person"), "{}", refused.message);
-    mock.push(Reply::text("done"));
-    client
-        .ok("interaction/respond", json!({"session_id": id, "interaction_id": question["id"], "decision": "run_again"}))
-        .await
-        .unwrap();
-    let events = client.events_until("turn_finished").await.unwrap();
-    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+    answer_interrupted_call(&mut client, &mock, &id, &question, "run_again", "done").await;
     assert_eq!(count(&ws), before + 1, "ran again once, because a person said so");
 }
 
@@ -213,15 +227,7 @@ async fn a_provider_reusing_call_ids_across_turns_cannot_make_a_call_run_twice()
     assert_ne!(ledger[0]["turn_id"], ledger[1]["turn_id"]);
     assert_eq!(ledger.iter().filter(|c| c["status"] != "completed").count(), 1, "{ledger:?}");
     client.ok("events/subscribe", json!({"session_id": id, "after_seq": snapshot["last_seq"]})).await.unwrap();
-    let refused = client.call("turn/resume", json!({"session_id": id})).await.unwrap().unwrap_err();
-    assert!(refused.message.contains("waits for a person"), "{}", refused.message);
-    mock.push(Reply::text("ok"));
-    client
-        .ok("interaction/respond", json!({"session_id": id, "interaction_id": question["id"], "decision": "skip"}))
-        .await
-        .unwrap();
-    let events = client.events_until("turn_finished").await.unwrap();
-    assert_eq!(events.last().unwrap()["data"]["status"], "completed");
+    answer_interrupted_call(&mut client, &mock, &id, &question, "skip", "ok").await;
     assert_eq!(std::fs::read_to_string(ws.join("count.txt")).unwrap(), "x\ny\n", "nothing ran twice");
     // The renamed call went on the wire under keel's id, paired with its output.
     let last = String::from_utf8_lossy(&mock.requests().last().unwrap().body).into_owned();
