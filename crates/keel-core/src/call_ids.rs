@@ -58,7 +58,15 @@ pub fn assign_call_ids<'a>(
     turn_id: &str,
     step: u32,
 ) -> Vec<RenamedCall> {
-    let mut taken: HashSet<String> = used.into_iter().map(str::to_string).collect();
+    // Most responses are plain answers: only a response with calls pays for
+    // the session's ids (a walk over history).
+    if !items.iter().any(|item| matches!(item, Item::FunctionCall { .. })) {
+        return Vec::new();
+    }
+    let taken: HashSet<&str> = used.into_iter().collect();
+    // Ids this response already claims, kept or minted.
+    let mut claimed: HashSet<String> = HashSet::new();
+    let free = |id: &str, claimed: &HashSet<String>| !taken.contains(id) && !claimed.contains(id);
     let mut renamed = Vec::new();
     // The turn id's last characters: unique enough with the step and index,
     // and the loop below settles any collision.
@@ -66,17 +74,17 @@ pub fn assign_call_ids<'a>(
     let turn_tag: String = alnum[alnum.len().saturating_sub(12)..].iter().collect();
     for (index, item) in items.iter_mut().enumerate() {
         let Item::FunctionCall { call_id, .. } = item else { continue };
-        if usable(call_id) && !taken.contains(call_id.as_str()) {
-            taken.insert(call_id.clone());
+        if usable(call_id) && free(call_id, &claimed) {
+            claimed.insert(call_id.clone());
             continue;
         }
         let mut fresh = format!("kc_{turn_tag}_{step}_{index}");
         let mut n = 1;
-        while taken.contains(&fresh) {
+        while !free(&fresh, &claimed) {
             fresh = format!("kc_{turn_tag}_{step}_{index}_{n}");
             n += 1;
         }
-        taken.insert(fresh.clone());
+        claimed.insert(fresh.clone());
         let provider_call_id: String = call_id.chars().take(MAX_CALL_ID_LEN).collect();
         renamed.push(RenamedCall { provider_call_id, call_id: fresh.clone() });
         *call_id = fresh;
